@@ -1,0 +1,74 @@
+"""Config checks shared by methods and entry points: one-line errors naming key and value."""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+
+class ConfigError(ValueError):
+    """A bad config key or value; the message is one line naming both."""
+
+
+def _closest(name: str, choices: Iterable[str]) -> str:
+    match = difflib.get_close_matches(name, list(choices), n=1)
+    return f" (did you mean {match[0]!r}?)" if match else ""
+
+
+def check_choice(key: str, value: Any, choices: Iterable[str]) -> None:
+    choices = sorted(choices)
+    if value not in choices:
+        hint = _closest(str(value), choices) if isinstance(value, str) else ""
+        raise ConfigError(f"{key}={value!r}: not one of {choices}{hint}")
+
+
+def require(cfg: DictConfig, *keys: str) -> None:
+    """Raises for the first key that is missing (absent, null or ``???``)."""
+    for key in keys:
+        if OmegaConf.select(cfg, key, default=None) is None:
+            raise ConfigError(f"{key} is missing from the config")
+
+
+def fill_section(cfg: DictConfig, section: str, defaults: Mapping[str, Any]) -> DictConfig:
+    """Fills ``cfg.<section>`` with ``defaults`` and rejects keys that are not among them.
+
+    A typo such as ``method_kwargs.temprature`` must fail, not silently run with the default.
+    """
+    current = OmegaConf.select(cfg, section, default=None)
+    if current is None:
+        OmegaConf.update(cfg, section, {}, force_add=True)
+        current = OmegaConf.select(cfg, section)
+    for key in current:
+        if key not in defaults:
+            raise ConfigError(
+                f"{section}.{key}={current[key]!r}: unknown key{_closest(str(key), defaults)}; "
+                f"valid keys: {sorted(defaults)}"
+            )
+    for key, value in defaults.items():
+        if current.get(key) is None:
+            current[key] = value
+    return cfg
+
+
+def check_range(
+    key: str,
+    value: Any,
+    low: float | None = None,
+    high: float | None = None,
+    low_open: bool = False,
+) -> None:
+    """Checks ``low <= value <= high`` (``low < value`` with ``low_open``)."""
+    bad = not isinstance(value, (int, float)) or isinstance(value, bool)
+    if not bad and low is not None:
+        bad = value <= low if low_open else value < low
+    if not bad and high is not None:
+        bad = value > high
+    if bad:
+        lo = "" if low is None else (f"> {low}" if low_open else f">= {low}")
+        hi = "" if high is None else f"<= {high}"
+        raise ConfigError(
+            f"{key}={value!r}: must be a number {' and '.join(filter(None, [lo, hi]))}"
+        )

@@ -1,0 +1,1 @@
+"""Evaluation: kNN and linear probes of frozen backbones."""

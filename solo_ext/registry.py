@@ -1,0 +1,36 @@
+"""Registration of solo-ext's methods into the active host's ``METHODS``."""
+
+from __future__ import annotations
+
+import importlib
+import warnings
+
+# name -> "module:Class"; imported lazily so that registering costs only what is used.
+SOLO_EXT_METHODS: dict[str, str] = {
+    "scl": "solo_ext.methods.scl:SCL",
+}
+
+
+def load(name: str) -> type:
+    module, cls = SOLO_EXT_METHODS[name].split(":")
+    return getattr(importlib.import_module(module), cls)
+
+
+def register() -> dict[str, type]:
+    """Adds every solo-ext method to the host's ``METHODS``; returns that dict.
+
+    A name the host already has for another class (solo-learn's own methods) is left alone, with
+    a warning: solo-ext never shadows solo-learn.
+    """
+    from solo_ext.host import METHODS
+
+    for name in SOLO_EXT_METHODS:
+        cls = load(name)
+        existing = METHODS.get(name)
+        if existing is None:
+            METHODS[name] = cls
+        elif existing is not cls and existing.__module__ != cls.__module__:
+            warnings.warn(
+                f"solo-ext: method {name!r} already exists in the host; not replaced", stacklevel=2
+            )
+    return METHODS

@@ -1,0 +1,83 @@
+"""Shared fixtures: tiny configs on the embedded data, fast enough for 2 CPU cores."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from solo_ext.registry import SOLO_EXT_METHODS
+
+ROOT = Path(__file__).resolve().parents[1]
+torch.set_num_threads(min(2, os.cpu_count() or 1))
+METHOD_NAMES = sorted(SOLO_EXT_METHODS)
+
+AUGMENTATION = {
+    "rrc": {"enabled": True, "crop_min_scale": 0.5, "crop_max_scale": 1.0},
+    "color_jitter": {
+        "prob": 0.5,
+        "brightness": 0.4,
+        "contrast": 0.4,
+        "saturation": 0.2,
+        "hue": 0.1,
+    },
+    "grayscale": {"prob": 0.2},
+    "gaussian_blur": {"prob": 0.0},
+    "solarization": {"prob": 0.0},
+    "equalization": {"prob": 0.0},
+    "horizontal_flip": {"prob": 0.5},
+    "crop_size": 32,
+    "num_crops": 2,
+}
+
+
+def tiny_cfg(method: str, tmp_path: Path | str, /, **overrides) -> DictConfig:
+    """A pretraining config of a few steps on a small ``synthetic_lt``."""
+    cfg = OmegaConf.create(
+        {
+            "name": f"tiny-{method}",
+            "method": method,
+            "backbone": {"name": "resnet18"},
+            "method_kwargs": {"proj_hidden_dim": 32, "proj_output_dim": 16, "queue_size": 64},
+            "data": {
+                "dataset": "synthetic_lt",
+                "num_classes": 4,
+                "imbalance_factor": 4,
+                "synthetic": {"n_max": 24, "val_per_class": 4, "image_size": 32},
+                "num_workers": 0,
+            },
+            "augmentations": [AUGMENTATION],
+            "optimizer": {
+                "name": "sgd",
+                "batch_size": 8,
+                "lr": 0.1,
+                "classifier_lr": 0.1,
+                "weight_decay": 1e-5,
+            },
+            "scheduler": {"name": "warmup_cosine", "warmup_epochs": 0},
+            "knn_eval": {"enabled": False},
+            "checkpoint": {"enabled": True, "dir": str(Path(tmp_path) / "trained_models")},
+            "max_epochs": 1,
+            "limit_train_batches": 2,
+            "limit_val_batches": 1,
+            "num_sanity_val_steps": 0,
+            "accelerator": "cpu",
+            "devices": 1,
+            "enable_progress_bar": False,
+            "seed": 0,
+        }
+    )
+    for key, value in overrides.items():
+        OmegaConf.update(cfg, key, value, force_add=True)
+    return cfg
+
+
+@pytest.fixture
+def make_cfg(tmp_path):
+    def make(method: str = "scl", /, **overrides) -> DictConfig:
+        return tiny_cfg(method, tmp_path, **overrides)
+
+    return make

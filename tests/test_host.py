@@ -1,0 +1,118 @@
+"""Host selection, re-exports and the start-up hook that registers into solo-learn."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+import solo_ext.host as host
+
+SOLO_INSTALLED = importlib.util.find_spec("solo") is not None and host.HOST == "solo"
+
+
+def _python(code: str, env: dict | None = None, path: list[str] | None = None):
+    full_env = {**os.environ, "PYTHONWARNINGS": "ignore", **(env or {})}
+    if path:
+        full_env["PYTHONPATH"] = os.pathsep.join(path + [full_env.get("PYTHONPATH", "")])
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        env=full_env,
+        timeout=120,
+    )
+
+
+def test_reexports():
+    for name in ("BaseMethod", "BaseMomentumMethod", "METHODS", "omegaconf_select", "gather"):
+        assert getattr(host, name) is not None
+    assert issubclass(host.BaseMomentumMethod, host.BaseMethod)
+
+
+def test_forced_standalone():
+    proc = _python(
+        "import solo_ext.host as h; print(h.HOST, h.BaseMethod.__module__)",
+        env={"SOLO_EXT_HOST": "standalone"},
+    )
+    assert proc.stdout.split() == ["standalone", "solo_ext.host.standalone.base"], proc.stderr
+
+
+def test_bad_host_value():
+    proc = _python("import solo_ext.host", env={"SOLO_EXT_HOST": "sol"})
+    assert proc.returncode != 0 and "SOLO_EXT_HOST='sol'" in proc.stderr
+
+
+@pytest.mark.skipif(SOLO_INSTALLED, reason="solo-learn is importable here")
+def test_forced_solo_without_solo_learn():
+    proc = _python("import solo_ext.host", env={"SOLO_EXT_HOST": "solo"})
+    assert proc.returncode != 0
+    assert "SOLO_EXT_HOST=solo but solo-learn is not importable" in proc.stderr
+
+
+@pytest.fixture
+def fake_solo(tmp_path):
+    """A package named ``solo`` with solo-learn's module layout, backed by the embedded host."""
+    files = {
+        "solo/__init__.py": "",
+        "solo/methods/__init__.py": textwrap.dedent("""
+            from solo.methods.base import BaseMethod
+            class Theirs(BaseMethod):
+                pass
+            METHODS = {"base": BaseMethod, "scl": Theirs}
+        """),
+        "solo/methods/base.py": (
+            "from solo_ext.host.standalone import BaseMethod, BaseMomentumMethod\n"
+        ),
+        "solo/utils/__init__.py": "",
+        "solo/utils/misc.py": "from solo_ext.host.standalone import gather, omegaconf_select\n",
+        "solo/utils/momentum.py": (
+            "from solo_ext.host.standalone import initialize_momentum_params\n"
+        ),
+    }
+    for rel, text in files.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text)
+    return str(tmp_path)
+
+
+CHECK_HOOK = """
+    import sys
+    assert "torch" not in sys.modules, "the start-up hook imported torch"
+    from solo.methods import METHODS
+    print(sorted(METHODS), METHODS["scl"].__module__)
+"""
+
+
+def test_autoload_registers_into_solo_methods(fake_solo):
+    proc = _python(CHECK_HOOK, path=[fake_solo])
+    assert proc.returncode == 0, proc.stderr
+    names, scl_module = proc.stdout.rsplit(" ", 1)
+    from solo_ext.registry import SOLO_EXT_METHODS
+
+    for name in SOLO_EXT_METHODS:
+        assert repr(name) in names
+    # solo-learn's own name wins: "scl" of the fake solo is not shadowed
+    assert scl_module.strip() == "solo.methods"
+
+
+def test_autoload_switched_off(fake_solo):
+    proc = _python(CHECK_HOOK, env={"SOLO_EXT_AUTOLOAD": "0"}, path=[fake_solo])
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split(" ")[0] == "['base',", proc.stdout
+
+
+@pytest.mark.skipif(not SOLO_INSTALLED, reason="needs the real solo-learn")
+def test_real_solo_learn_sees_methods():
+    proc = _python("""
+        from solo.methods import METHODS
+        from solo.methods.base import BaseMethod
+        from solo_ext.registry import SOLO_EXT_METHODS
+        assert all(issubclass(METHODS[m], BaseMethod) for m in SOLO_EXT_METHODS), METHODS
+        print("ok")
+    """)
+    assert proc.stdout.strip() == "ok", proc.stderr
