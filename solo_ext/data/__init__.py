@@ -1,0 +1,1 @@
+"""Datasets and long-tail helpers for solo-ext."""

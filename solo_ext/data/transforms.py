@@ -1,0 +1,96 @@
+"""Image transforms from solo-learn's ``augmentations`` config (torchvision implementations)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+from omegaconf import DictConfig
+from torchvision import transforms as T
+
+from solo_ext.host import omegaconf_select
+
+MEANS_STDS: dict[str, tuple[tuple[float, ...], tuple[float, ...]]] = {
+    "cifar10": ((0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)),
+    "cifar100": ((0.5071, 0.4865, 0.4409), (0.2673, 0.2564, 0.2762)),
+    "synthetic_lt": ((0.5, 0.5, 0.5), (0.25, 0.25, 0.25)),
+}
+IMAGENET_MEAN_STD = ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
+# Datasets stored at their training resolution: evaluated without resize / centre crop.
+NATIVE_RESOLUTION = ("cifar10", "cifar100", "synthetic_lt")
+
+
+def normalize(dataset: str, aug: DictConfig | None = None) -> T.Normalize:
+    """The dataset's statistics; other datasets take ``mean`` / ``std`` from the augmentation
+    config (as solo-learn does for ``custom``), else ImageNet's."""
+    default = IMAGENET_MEAN_STD
+    if aug is not None:
+        default = (aug.get("mean", IMAGENET_MEAN_STD[0]), aug.get("std", IMAGENET_MEAN_STD[1]))
+    mean, std = MEANS_STDS.get(dataset, default)
+    return T.Normalize(mean, std)
+
+
+def build_augmentation(dataset: str, aug: DictConfig) -> Callable:
+    """One view's augmentation from one entry of solo-learn's ``augmentations`` list."""
+    sel = lambda key, default: omegaconf_select(aug, key, default)  # noqa: E731
+    size = aug.crop_size
+    ops: list[Any] = []
+    if sel("rrc.enabled", True):
+        scale = (sel("rrc.crop_min_scale", 0.08), sel("rrc.crop_max_scale", 1.0))
+        ops.append(
+            T.RandomResizedCrop(size, scale=scale, interpolation=T.InterpolationMode.BICUBIC)
+        )
+    else:
+        ops.append(T.Resize((size, size), interpolation=T.InterpolationMode.BICUBIC))
+    if sel("color_jitter.prob", 0.0) > 0:
+        jitter = T.ColorJitter(
+            sel("color_jitter.brightness", 0.4),
+            sel("color_jitter.contrast", 0.4),
+            sel("color_jitter.saturation", 0.2),
+            sel("color_jitter.hue", 0.1),
+        )
+        ops.append(T.RandomApply([jitter], p=sel("color_jitter.prob", 0.0)))
+    ops.append(T.RandomGrayscale(p=sel("grayscale.prob", 0.0)))
+    blur_p = sel("gaussian_blur.prob", sel("gaussian_prob", 0.0))
+    if blur_p > 0:
+        kernel = max(3, int(0.1 * size) // 2 * 2 + 1)
+        ops.append(T.RandomApply([T.GaussianBlur(kernel, sigma=(0.1, 2.0))], p=blur_p))
+    if sel("solarization.prob", 0.0) > 0:
+        ops.append(T.RandomSolarize(128, p=sel("solarization.prob", 0.0)))
+    if sel("equalization.prob", 0.0) > 0:
+        ops.append(T.RandomEqualize(p=sel("equalization.prob", 0.0)))
+    ops.append(T.RandomHorizontalFlip(p=sel("horizontal_flip.prob", 0.5)))
+    ops += [T.ToTensor(), normalize(dataset, aug)]
+    return T.Compose(ops)
+
+
+class NCropTransform:
+    """Applies each pipeline ``num_crops`` times; returns the list of views (large crops first)."""
+
+    def __init__(self, pipelines: Sequence[tuple[Callable, int]]):
+        self.pipelines = list(pipelines)
+
+    def __call__(self, image) -> list[torch.Tensor]:
+        return [t(image) for t, n in self.pipelines for _ in range(n)]
+
+    def __repr__(self) -> str:
+        return "\n".join(f"{n} x {t}" for t, n in self.pipelines)
+
+
+def build_pretrain_transform(dataset: str, augmentations: Sequence[DictConfig]) -> NCropTransform:
+    return NCropTransform([(build_augmentation(dataset, a), a.num_crops) for a in augmentations])
+
+
+def build_eval_transform(dataset: str, crop_size: int = 224) -> Callable:
+    """Deterministic transform for validation and feature extraction."""
+    if dataset in NATIVE_RESOLUTION:
+        return T.Compose([T.ToTensor(), normalize(dataset)])
+    return T.Compose(
+        [
+            T.Resize(int(crop_size / 0.875), interpolation=T.InterpolationMode.BICUBIC),
+            T.CenterCrop(crop_size),
+            T.ToTensor(),
+            normalize(dataset),
+        ]
+    )
