@@ -1,0 +1,5 @@
+"""Losses as pure functions on tensors (no Lightning, no config)."""
+
+from solo_ext.losses.scl import scl_loss
+
+__all__ = ["scl_loss"]
