@@ -1,0 +1,63 @@
+"""solo-learn's checkpoint layout: ``<dir>/<method>/<run id>/<name>-<run id>-ep=N.ckpt`` plus
+``args.json`` (the full config), so solo-learn's ``main_linear.py`` / ``main_knn.py`` load them."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import string
+from pathlib import Path
+
+import lightning.pytorch as pl
+from lightning.pytorch.callbacks import Callback, ModelCheckpoint
+from omegaconf import DictConfig, OmegaConf
+
+
+def new_run_id(logdir: str | Path) -> str:
+    """``offline-xxxxxxxx`` not yet used under ``logdir`` (solo-learn's name for local runs)."""
+    existing = set(os.listdir(logdir)) if os.path.isdir(logdir) else set()
+    rng = random.SystemRandom()
+    while True:
+        chars = rng.sample(string.ascii_lowercase, 4) + rng.sample(string.digits, 4)
+        rng.shuffle(chars)
+        run_id = "offline-" + "".join(chars)
+        if run_id not in existing:
+            return run_id
+
+
+class ArgsWriter(Callback):
+    """Writes ``args.json`` into the run directory when fitting starts (global rank zero)."""
+
+    def __init__(self, cfg: DictConfig, run_dir: str | Path, run_id: str | None = None):
+        self.cfg, self.run_dir, self.run_id = cfg, Path(run_dir), run_id
+
+    def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if trainer.is_global_zero:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            args = OmegaConf.to_container(self.cfg, resolve=True)
+            args["wandb_run_id"] = self.run_id
+            with open(self.run_dir / "args.json", "w") as f:
+                json.dump(args, f, indent=2, default=lambda o: "<not serializable>")
+
+
+def checkpoint_callbacks(cfg: DictConfig, run_dir: str | Path, run_id: str) -> list[Callback]:
+    """Lightning's ModelCheckpoint with solo-learn's file names, plus the ``args.json`` writer."""
+    ckpt = ModelCheckpoint(
+        dirpath=run_dir,
+        filename=f"{cfg.name}-{run_id}-ep={{epoch}}",
+        auto_insert_metric_name=False,
+        every_n_epochs=cfg.checkpoint.frequency,
+        save_top_k=-1 if cfg.checkpoint.keep_prev else 1,
+        monitor=None,
+        save_on_train_epoch_end=True,
+    )
+    return [ArgsWriter(cfg, run_dir, run_id), ckpt]
+
+
+def find_checkpoint(run_dir: str | Path) -> Path:
+    """The newest ``.ckpt`` in a run directory."""
+    ckpts = sorted(Path(run_dir).glob("*.ckpt"), key=os.path.getmtime)
+    if not ckpts:
+        raise FileNotFoundError(f"pretrained_checkpoint_dir={str(run_dir)!r}: no .ckpt file")
+    return ckpts[-1]

@@ -1,0 +1,50 @@
+"""Shared plumbing of the command-line entry points."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from collections.abc import Iterator
+
+from solo_ext.config import ConfigError
+from solo_ext.host import HostError
+
+# Errors a user can fix from the message alone: printed as one line, no traceback.
+USER_ERRORS = (ConfigError, HostError, FileNotFoundError)
+
+# Hydra writes nothing and keeps the working directory, as solo-learn's configs ask for.
+_HYDRA_QUIET = {
+    "hydra.output_subdir": "null",
+    "hydra.run.dir": ".",
+    "hydra/job_logging": "disabled",
+    "hydra/hydra_logging": "disabled",
+}
+
+
+def hydra_argv(argv: list[str]) -> list[str]:
+    """Makes ``--config-path`` absolute (Hydra resolves a relative one against the installed
+    module, not the shell's directory) and adds the quiet Hydra settings unless given."""
+    out = [argv[0]]
+    args = iter(argv[1:])
+    for arg in args:
+        if arg in ("--config-path", "-cp"):
+            out += [arg, os.path.abspath(next(args, ""))]
+        elif arg.startswith("--config-path="):
+            out.append("--config-path=" + os.path.abspath(arg.split("=", 1)[1]))
+        else:
+            out.append(arg)
+    given = {a.split("=", 1)[0].lstrip("+~") for a in out[1:] if "=" in a}
+    out += [f"{k}={v}" for k, v in _HYDRA_QUIET.items() if k not in given]
+    return out
+
+
+@contextlib.contextmanager
+def one_line_errors(prog: str) -> Iterator[None]:
+    """Turns user errors into ``<prog>: error: <message>`` on stderr and exit status 2."""
+    try:
+        yield
+    except USER_ERRORS as err:
+        message = str(err).splitlines()[0] if str(err) else type(err).__name__
+        print(f"{prog}: error: {message}", file=sys.stderr)
+        raise SystemExit(2) from None

@@ -1,0 +1,206 @@
+"""``solo-ext-pretrain``: drop-in for solo-learn's ``main_pretrain.py`` (same configs, overrides).
+
+    solo-ext-pretrain --config-path scripts/pretrain/synthetic-lt --config-name scl.yaml
+
+Works on either host and on CPU (``accelerator=cpu devices=1``). Every config error is reported
+in one line before any data is built or anything is written.
+"""
+
+from __future__ import annotations
+
+import inspect
+import sys
+import warnings
+from pathlib import Path
+from typing import Any
+
+import hydra
+import lightning.pytorch as pl
+import torch
+from lightning.pytorch.loggers import CSVLogger
+from omegaconf import DictConfig, OmegaConf
+from torch.utils.data import DataLoader
+
+from solo_ext.checkpoint import checkpoint_callbacks, new_run_id
+from solo_ext.cli import hydra_argv, one_line_errors
+from solo_ext.config import ConfigError, check_choice, require
+from solo_ext.data.datasets import IndexedNCrop, build_dataset, check_data_cfg
+from solo_ext.data.transforms import build_eval_transform, build_pretrain_transform
+from solo_ext.host import BACKBONES, METHODS, omegaconf_select
+from solo_ext.registry import register
+
+
+def _num_devices(devices: Any) -> int:
+    if isinstance(devices, int):
+        return max(devices, 1)
+    if isinstance(devices, str):
+        return int(devices) if devices.isdigit() else len(devices.split(","))
+    return len(devices) if devices is not None else 1
+
+
+def parse_cfg(cfg: DictConfig) -> DictConfig:
+    """Fills solo-learn's pretraining defaults and checks everything a run needs."""
+    OmegaConf.set_struct(cfg, False)
+    register()
+    require(
+        cfg,
+        "method",
+        "backbone.name",
+        "data.dataset",
+        "optimizer.name",
+        "optimizer.batch_size",
+        "optimizer.lr",
+        "max_epochs",
+        "augmentations",
+    )
+    check_choice("method", cfg.method, [m for m in METHODS if m not in ("base", "linear")])
+    check_choice("backbone.name", cfg.backbone.name, BACKBONES)
+    check_data_cfg(cfg)
+    cfg.name = omegaconf_select(cfg, "name", cfg.method)
+    cfg.seed = omegaconf_select(cfg, "seed", 5)
+    cfg.resume_from_checkpoint = omegaconf_select(cfg, "resume_from_checkpoint", None)
+    cfg.strategy = omegaconf_select(cfg, "strategy", "auto")
+    cfg.accelerator = omegaconf_select(cfg, "accelerator", "auto")
+    cfg.devices = omegaconf_select(cfg, "devices", 1)
+    cfg.num_nodes = omegaconf_select(cfg, "num_nodes", 1)
+    cfg.debug_augmentations = omegaconf_select(cfg, "debug_augmentations", False)
+    for section, defaults in {
+        "checkpoint": {
+            "enabled": True,
+            "dir": "trained_models",
+            "frequency": 1,
+            "keep_prev": False,
+        },
+        "wandb": {"enabled": False, "entity": None, "project": "solo-learn", "offline": False},
+    }.items():
+        if omegaconf_select(cfg, section) is None:
+            cfg[section] = {}
+        for key, value in defaults.items():
+            if cfg[section].get(key) is None:
+                cfg[section][key] = value
+
+    augs = cfg.augmentations
+    for i in range(len(augs)):
+        require(cfg, f"augmentations.{i}.crop_size", f"augmentations.{i}.num_crops")
+    big = augs[0].crop_size
+    cfg.data.num_large_crops = sum(a.num_crops for a in augs if a.crop_size == big)
+    cfg.data.num_small_crops = sum(a.num_crops for a in augs if a.crop_size != big)
+
+    # solo-learn's linear scaling rule: lr given for a total batch of 256
+    scale = cfg.optimizer.batch_size * _num_devices(cfg.devices) * cfg.num_nodes / 256
+    cfg.optimizer.lr = cfg.optimizer.lr * scale
+    cfg.optimizer.classifier_lr = omegaconf_select(cfg, "optimizer.classifier_lr", 0.1) * scale
+    cfg.optimizer.kwargs = omegaconf_select(cfg, "optimizer.kwargs", {})
+    if cfg.optimizer.name in ("sgd", "lars"):
+        cfg.optimizer.kwargs.momentum = omegaconf_select(cfg, "optimizer.kwargs.momentum", 0.9)
+    cfg.optimizer.weight_decay = omegaconf_select(cfg, "optimizer.weight_decay", 0.0)
+
+    # the method's own defaults and checks, still before any work
+    try:
+        METHODS[cfg.method].add_and_assert_specific_cfg(cfg)
+    except (ValueError, AssertionError) as err:
+        raise ConfigError(str(err) or f"method={cfg.method!r}: invalid config") from err
+    return cfg
+
+
+def build_loaders(cfg: DictConfig) -> tuple[DataLoader, DataLoader | None]:
+    data = cfg.data
+    transform = build_pretrain_transform(data.dataset, cfg.augmentations)
+    if cfg.debug_augmentations:
+        print("Transforms:\n", transform)
+    train = IndexedNCrop(build_dataset(data, "train", transform), no_labels=data.no_labels)
+    workers = data.num_workers
+    train_loader = DataLoader(
+        train,
+        batch_size=cfg.optimizer.batch_size,
+        shuffle=True,
+        num_workers=workers,
+        pin_memory=torch.cuda.is_available(),
+        drop_last=True,
+        persistent_workers=workers > 0,
+    )
+    if data.dataset != "synthetic_lt" and data.val_path is None:
+        return train_loader, None
+    val = build_dataset(
+        data, "val", build_eval_transform(data.dataset, cfg.augmentations[0].crop_size)
+    )
+    val_loader = DataLoader(
+        val,
+        batch_size=cfg.optimizer.batch_size,
+        shuffle=False,
+        num_workers=workers,
+        persistent_workers=workers > 0,
+    )
+    return train_loader, val_loader
+
+
+def run(cfg: DictConfig) -> dict[str, Any]:
+    """Pretrains; returns the run directory and the final metrics."""
+    cfg = parse_cfg(cfg)
+    pl.seed_everything(cfg.seed, workers=True)
+    model = METHODS[cfg.method](cfg)
+    if not cfg.performance.disable_channel_last:
+        model = model.to(memory_format=torch.channels_last)
+    train_loader, val_loader = build_loaders(cfg)
+
+    logdir = Path(cfg.checkpoint.dir) / cfg.method
+    run_id = new_run_id(logdir)
+    run_dir = logdir / run_id
+    callbacks: list[Any] = []
+    if cfg.checkpoint.enabled:
+        callbacks += checkpoint_callbacks(cfg, run_dir, run_id)
+    if cfg.wandb.enabled:
+        from lightning.pytorch.loggers import WandbLogger
+
+        logger: Any = WandbLogger(
+            name=cfg.name,
+            project=cfg.wandb.project,
+            entity=cfg.wandb.entity,
+            offline=cfg.wandb.offline,
+            id=run_id,
+            save_dir=str(run_dir),
+        )
+        logger.log_hyperparams(OmegaConf.to_container(cfg))
+    else:
+        logger = CSVLogger(save_dir=str(run_dir), name="", version="logs")
+
+    trainer_kwargs = {
+        k: v
+        for k, v in OmegaConf.to_container(cfg).items()
+        if k in inspect.signature(pl.Trainer.__init__).parameters
+    }
+    trainer_kwargs.update(
+        logger=logger, callbacks=callbacks, enable_checkpointing=cfg.checkpoint.enabled
+    )
+    trainer = pl.Trainer(**trainer_kwargs)
+    # the run directory already holds args.json and the logs when the checkpointer looks at it
+    warnings.filterwarnings("ignore", message=r"Checkpoint directory .* exists and is not empty")
+    trainer.fit(model, train_loader, val_loader, ckpt_path=cfg.resume_from_checkpoint)
+
+    metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
+    result: dict[str, Any] = {"run_dir": str(run_dir), "metrics": metrics}
+    if cfg.knn_eval.enabled and trainer.is_global_zero:
+        from solo_ext.knn import evaluate_model
+
+        result["knn"] = evaluate_model(
+            model.backbone,
+            cfg,
+            k=cfg.knn_eval.k,
+            out_dir=run_dir if cfg.checkpoint.enabled else None,
+        )
+    return result
+
+
+@hydra.main(version_base="1.2", config_path=None, config_name=None)
+def _hydra_main(cfg: DictConfig) -> None:
+    with one_line_errors("solo-ext-pretrain"):
+        run(cfg)
+
+
+def main() -> None:
+    sys.argv = hydra_argv(sys.argv)
+    _hydra_main()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,113 @@
+"""The README's commands, end to end on tiny settings: pretrain (console script and ``-m``),
+then the kNN and linear evaluations of the checkpoint it wrote."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import ROOT
+
+TINY = [
+    "max_epochs=1",
+    "data.num_classes=4",
+    "data.synthetic.n_max=24",
+    "data.synthetic.val_per_class=4",
+    "optimizer.batch_size=8",
+    "method_kwargs.queue_size=64",
+    "method_kwargs.proj_hidden_dim=32",
+    "+limit_train_batches=2",
+    "+enable_progress_bar=false",
+]
+
+
+def _script(name: str) -> list[str]:
+    exe = Path(sys.executable).parent / name
+    found = str(exe) if exe.exists() else shutil.which(name)
+    assert found, f"console script {name} is not installed (pip install -e .)"
+    return [found]
+
+
+def _run(cmd: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    proc = subprocess.run(
+        cmd,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONWARNINGS": "ignore"},
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc
+
+
+@pytest.fixture(scope="module")
+def pretrained_run(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("main_job")
+    proc = _run(
+        _script("solo-ext-pretrain")
+        + [
+            "--config-path",
+            "scripts/pretrain/synthetic-lt",
+            "--config-name",
+            "scl.yaml",
+            *TINY,
+            f"checkpoint.dir={out}",
+        ],
+        cwd=ROOT,
+    )
+    assert "kNN (k=20, cosine) on synthetic_lt val: acc@1" in proc.stdout
+    (run_dir,) = (out / "scl").iterdir()
+    return run_dir
+
+
+def test_main_job_layout(pretrained_run):
+    names = sorted(p.name for p in pretrained_run.iterdir())
+    assert "args.json" in names and "metrics.json" in names
+    assert f"scl-synthetic-lt-{pretrained_run.name}-ep=0.ckpt" in names
+    metrics = json.loads((pretrained_run / "metrics.json").read_text())
+    assert 0 <= metrics["knn_acc1"] <= 100 and metrics["num_val"] == 16
+
+
+def test_knn_cli(pretrained_run):
+    proc = _run(
+        _script("solo-ext-knn") + ["--pretrained_checkpoint_dir", str(pretrained_run), "--k", "5"],
+        cwd=pretrained_run,
+    )
+    assert "kNN (k=5, cosine)" in proc.stdout
+    assert json.loads((pretrained_run / "metrics.json").read_text())["k"] == 5
+
+
+def test_linear_cli_as_module(pretrained_run):
+    proc = _run(
+        [
+            sys.executable,
+            "-m",
+            "solo_ext.linear",
+            "--pretrained_checkpoint_dir",
+            str(pretrained_run),
+            "--epochs",
+            "3",
+        ],
+        cwd=pretrained_run,
+    )
+    assert "linear probe on synthetic_lt val: acc@1" in proc.stdout
+    metrics = json.loads((pretrained_run / "metrics.json").read_text())
+    assert 0 <= metrics["linear_acc1"] <= metrics["linear_acc5"] <= 100
+    assert "knn_acc1" in metrics  # the kNN result is kept
+
+
+def test_eval_of_missing_run_is_one_line(tmp_path):
+    proc = subprocess.run(
+        _script("solo-ext-knn") + ["--pretrained_checkpoint_dir", str(tmp_path / "none")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.strip().count("\n") == 0 and "no args.json" in proc.stderr

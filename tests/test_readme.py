@@ -1,0 +1,32 @@
+"""The README's commands are the ones CI and the tests run, so none of them rots."""
+
+from __future__ import annotations
+
+import re
+
+from conftest import ROOT
+
+README = (ROOT / "README.md").read_text()
+
+
+def _blocks() -> list[list[str]]:
+    return [b.strip().splitlines() for b in re.findall(r"```bash\n(.*?)```", README, re.S)]
+
+
+def test_two_setup_commands_run_by_ci():
+    setup = _blocks()[0]
+    assert setup == ['pip install -e ".[test]"', "pytest"]
+    ci = (ROOT / ".ci" / "run").read_text().splitlines()
+    for command in setup:
+        assert command in ci, f".ci/run does not run the README's {command!r}"
+
+
+def test_main_job_command_is_the_tested_one():
+    main_job = _blocks()[1]
+    assert main_job == [
+        "solo-ext-pretrain --config-path scripts/pretrain/synthetic-lt --config-name scl.yaml"
+    ]
+    assert (ROOT / "scripts/pretrain/synthetic-lt/scl.yaml").is_file()
+    cli_test = (ROOT / "tests" / "test_cli.py").read_text()
+    for token in ("solo-ext-pretrain", "scripts/pretrain/synthetic-lt", "scl.yaml"):
+        assert f'"{token}"' in cli_test
