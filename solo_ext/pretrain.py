@@ -55,6 +55,9 @@ def parse_cfg(cfg: DictConfig) -> DictConfig:
     )
     check_choice("method", cfg.method, [m for m in METHODS if m not in ("base", "linear")])
     check_choice("backbone.name", cfg.backbone.name, BACKBONES)
+    method_cls = METHODS[cfg.method]
+    check_choice("optimizer.name", cfg.optimizer.name, method_cls._OPTIMIZERS)
+    check_choice("scheduler.name", omegaconf_select(cfg, "scheduler.name"), method_cls._SCHEDULERS)
     check_data_cfg(cfg)
     cfg.name = omegaconf_select(cfg, "name", cfg.method)
     cfg.seed = omegaconf_select(cfg, "seed", 5)
@@ -97,7 +100,7 @@ def parse_cfg(cfg: DictConfig) -> DictConfig:
 
     # the method's own defaults and checks, still before any work
     try:
-        METHODS[cfg.method].add_and_assert_specific_cfg(cfg)
+        method_cls.add_and_assert_specific_cfg(cfg)
     except (ValueError, AssertionError) as err:
         raise ConfigError(str(err) or f"method={cfg.method!r}: invalid config") from err
     return cfg

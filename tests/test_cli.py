@@ -108,6 +108,7 @@ def test_eval_of_missing_run_is_one_line(tmp_path):
         capture_output=True,
         text=True,
         timeout=120,
+        env={**os.environ, "PYTHONWARNINGS": "ignore"},  # library deprecation chatter
     )
     assert proc.returncode == 2
     assert proc.stderr.strip().count("\n") == 0 and "no args.json" in proc.stderr

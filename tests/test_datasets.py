@@ -1,0 +1,119 @@
+"""Dataset builders on tiny files made here: torchvision's CIFAR format and an ImageFolder."""
+
+from __future__ import annotations
+
+import pickle
+from pathlib import Path
+
+import numpy as np
+import pytest
+from omegaconf import OmegaConf
+from PIL import Image
+from torchvision import datasets as tvd
+
+from solo_ext.config import ConfigError
+from solo_ext.data.datasets import build_dataset, check_data_cfg
+from solo_ext.pretrain import run
+
+
+def _fake_cifar(root: Path, name: str, n_per_file: int = 6) -> None:
+    """CIFAR's python pickles with random pixels (torchvision's layout, checksums skipped)."""
+    cls = tvd.CIFAR10 if name == "cifar10" else tvd.CIFAR100
+    folder = root / cls.base_folder
+    folder.mkdir(parents=True)
+    label_key = "labels" if name == "cifar10" else "fine_labels"
+    rng = np.random.default_rng(0)
+    for file_name, _ in cls.train_list + cls.test_list:
+        batch = {
+            "data": rng.integers(0, 255, (n_per_file, 3072), dtype=np.uint8),
+            label_key: list(range(n_per_file)),
+        }
+        with open(folder / file_name, "wb") as f:
+            pickle.dump(batch, f)
+    meta_key = cls.meta["key"]
+    with open(folder / cls.meta["filename"], "wb") as f:
+        pickle.dump({meta_key: [f"c{i}" for i in range(10 if name == "cifar10" else 100)]}, f)
+
+
+@pytest.mark.parametrize("name,num_classes", [("cifar10", 10), ("cifar100", 100)])
+def test_cifar(name, num_classes, tmp_path, monkeypatch):
+    _fake_cifar(tmp_path, name)
+    monkeypatch.setattr(tvd.CIFAR10, "_check_integrity", lambda self: True)
+    monkeypatch.setattr(tvd.cifar, "check_integrity", lambda *args, **kwargs: True)
+    cfg = OmegaConf.create(
+        {"data": {"dataset": name, "train_path": str(tmp_path), "val_path": str(tmp_path)}}
+    )
+    check_data_cfg(cfg)
+    assert cfg.data.num_classes == num_classes
+    train = build_dataset(cfg.data, "train", None)
+    val = build_dataset(cfg.data, "val", None)
+    n_train = len(tvd.CIFAR10.train_list if name == "cifar10" else tvd.CIFAR100.train_list)
+    assert len(train) == 6 * n_train and len(val) == 6
+    image, label = train[3]
+    assert image.size == (32, 32) and label == 3
+
+
+def test_cifar_missing_files_is_one_line(tmp_path):
+    cfg = OmegaConf.create({"data": {"dataset": "cifar10", "train_path": str(tmp_path)}})
+    with pytest.raises(ConfigError, match="no cifar-10-batches-py/ inside; set data.download"):
+        check_data_cfg(cfg)
+
+
+@pytest.fixture
+def image_folder(tmp_path) -> Path:
+    rng = np.random.default_rng(0)
+    for split, n in (("train", 6), ("val", 2)):
+        for c in range(3):
+            folder = tmp_path / split / f"class{c}"
+            folder.mkdir(parents=True)
+            for i in range(n):
+                pixels = rng.integers(0, 255, (40, 40, 3), dtype=np.uint8)
+                Image.fromarray(pixels).save(folder / f"{i}.png")
+    return tmp_path
+
+
+def test_custom_image_folder_pretrain(image_folder, make_cfg):
+    cfg = make_cfg(
+        "scl",
+        **{
+            "data": {
+                "dataset": "custom",
+                "train_path": str(image_folder / "train"),
+                "val_path": str(image_folder / "val"),
+                "num_workers": 0,
+            },
+            "optimizer.batch_size": 4,
+        },
+    )
+    cfg.data.num_classes = None  # counted from the class folders
+    result = run(cfg)
+    assert result["metrics"]["val_acc1"] >= 0
+    args = (Path(result["run_dir"]) / "args.json").read_text()
+    assert '"num_classes": 3' in args
+
+
+def test_custom_num_classes_mismatch(image_folder, make_cfg):
+    cfg = make_cfg(
+        "scl",
+        **{
+            "data": {
+                "dataset": "custom",
+                "num_classes": 5,
+                "train_path": str(image_folder / "train"),
+            }
+        },
+    )
+    with pytest.raises(ConfigError, match="data.num_classes=5: the data has 3 classes"):
+        check_data_cfg(cfg)
+
+
+def test_wandb_offline_logging(make_cfg, monkeypatch, tmp_path):
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path))
+    result = run(
+        make_cfg("scl", **{"wandb": {"enabled": True, "offline": True, "project": "solo-ext-test"}})
+    )
+    run_dir = Path(result["run_dir"])
+    assert list(run_dir.glob("*.ckpt"))
+    assert list(run_dir.rglob("offline-run-*")), "no offline wandb run written"
