@@ -22,11 +22,12 @@ def _fake_cifar(root: Path, name: str, n_per_file: int = 6) -> None:
     folder = root / cls.base_folder
     folder.mkdir(parents=True)
     label_key = "labels" if name == "cifar10" else "fine_labels"
+    num_classes = 10 if name == "cifar10" else 100
     rng = np.random.default_rng(0)
     for file_name, _ in cls.train_list + cls.test_list:
         batch = {
             "data": rng.integers(0, 255, (n_per_file, 3072), dtype=np.uint8),
-            label_key: list(range(n_per_file)),
+            label_key: [i % num_classes for i in range(n_per_file)],
         }
         with open(folder / file_name, "wb") as f:
             pickle.dump(batch, f)

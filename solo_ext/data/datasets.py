@@ -11,10 +11,18 @@ from torch.utils.data import Dataset
 from torchvision import datasets as tvd
 
 from solo_ext.config import ConfigError, check_choice, check_range, fill_section
+from solo_ext.data import lt_datasets as lt
 from solo_ext.host import omegaconf_select
 
-DATASETS = ("cifar10", "cifar100", "custom", "synthetic_lt")
-NUM_CLASSES = {"cifar10": 10, "cifar100": 100}
+CIFAR = {"cifar10": (tvd.CIFAR10, 10, 5000), "cifar100": (tvd.CIFAR100, 100, 500)}
+# name -> (classes, default train split file, default val split file), as published
+SPLIT_FILE_DATASETS = {
+    "imagenet_lt": (1000, "ImageNet_LT_train.txt", "ImageNet_LT_test.txt"),
+    "places_lt": (365, "Places_LT_train.txt", "Places_LT_test.txt"),
+    "inat2018": (8142, "iNaturalist18_train.txt", "iNaturalist18_val.txt"),
+}
+LONG_TAILED = ("cifar10_lt", "cifar100_lt", "custom_lt", "synthetic_lt", *SPLIT_FILE_DATASETS)
+DATASETS = ("cifar10", "cifar100", "custom", *LONG_TAILED)
 SYNTHETIC_DEFAULTS = {"n_max": 200, "val_per_class": 20, "image_size": 32, "seed": 0}
 _CIFAR_DIRS = {"cifar10": "cifar-10-batches-py", "cifar100": "cifar-100-python"}
 
@@ -23,52 +31,93 @@ def _class_folders(path: str) -> list[str]:
     return sorted(e.name for e in os.scandir(path) if e.is_dir())
 
 
-def check_data_cfg(cfg: DictConfig, need_val: bool = True) -> DictConfig:
-    """Fills ``data`` defaults and checks dataset, paths and ``num_classes`` before any work."""
+def _cifar_name(dataset: str) -> str | None:
+    name = dataset.removesuffix("_lt")
+    return name if name in CIFAR else None
+
+
+def _check_dir(key: str, path: str | None, dataset: str) -> None:
+    if path is None:
+        raise ConfigError(f"{key} is missing from the config (data.dataset={dataset!r})")
+    if not os.path.isdir(path):
+        raise ConfigError(f"{key}={path!r}: no such directory")
+
+
+def _split_file(data: DictConfig, key: str) -> str:
+    path = data[key]
+    return path if os.path.isabs(path) else os.path.join(data.train_path, path)
+
+
+def check_data_cfg(cfg: DictConfig) -> DictConfig:
+    """Fills ``data`` defaults and checks dataset, paths, split files and ``num_classes``
+    before any work; every error is one line naming the key and the value."""
     data = cfg.data
     check_choice("data.dataset", data.get("dataset"), DATASETS)
-    data.train_path = omegaconf_select(cfg, "data.train_path", None)
-    data.val_path = omegaconf_select(cfg, "data.val_path", None)
-    data.format = omegaconf_select(cfg, "data.format", "image_folder")
-    data.num_workers = omegaconf_select(cfg, "data.num_workers", 4)
-    data.no_labels = omegaconf_select(cfg, "data.no_labels", False)
-    data.fraction = omegaconf_select(cfg, "data.fraction", -1)
-    data.download = omegaconf_select(cfg, "data.download", False)
+    dataset = data.dataset
+    defaults = {
+        "train_path": None,
+        "val_path": None,
+        "format": "image_folder",
+        "num_workers": 4,
+        "no_labels": False,
+        "fraction": -1,
+        "download": False,
+        "many_threshold": 100,
+        "few_threshold": 20,
+    }
+    if dataset in LONG_TAILED:
+        defaults.update(imbalance_factor=100 if dataset != "synthetic_lt" else 10, lt_seed=0)
+    for key, value in defaults.items():
+        data[key] = omegaconf_select(cfg, f"data.{key}", value)
     check_choice("data.format", data.format, ("image_folder",))
     if data.fraction not in (-1, 1, 1.0):
         raise ConfigError(
-            f"data.fraction={data.fraction!r}: solo-ext-pretrain trains on whole "
-            "datasets; make a subset with a custom ImageFolder instead"
+            f"data.fraction={data.fraction!r}: solo-ext trains on whole datasets; "
+            "make a subset with solo-ext-make-lt or a custom ImageFolder instead"
         )
-    dataset = data.dataset
-    if dataset == "synthetic_lt":
-        data.num_classes = omegaconf_select(cfg, "data.num_classes", 20)
-        data.imbalance_factor = omegaconf_select(cfg, "data.imbalance_factor", 10.0)
-        fill_section(cfg, "data.synthetic", SYNTHETIC_DEFAULTS)
+    check_range("data.many_threshold", data.many_threshold, data.few_threshold)
+    if dataset in LONG_TAILED:
         check_range("data.imbalance_factor", data.imbalance_factor, 1)
-        check_range("data.num_classes", data.num_classes, 2)
-        return cfg
-    paths = [("data.train_path", data.train_path)]
-    if need_val and data.val_path is not None:
-        paths.append(("data.val_path", data.val_path))
-    for key, path in paths:
-        if path is None:
-            raise ConfigError(f"{key} is missing from the config (data.dataset={dataset!r})")
-        if dataset in _CIFAR_DIRS and data.download:
-            continue
-        if not os.path.isdir(path):
-            raise ConfigError(f"{key}={path!r}: no such directory")
-        if dataset in _CIFAR_DIRS and not os.path.isdir(os.path.join(path, _CIFAR_DIRS[dataset])):
+
+    if dataset == "synthetic_lt":
+        expected = omegaconf_select(cfg, "data.num_classes", 20)
+        check_range("data.num_classes", expected, 2)
+        fill_section(cfg, "data.synthetic", SYNTHETIC_DEFAULTS)
+    elif _cifar_name(dataset):
+        name = _cifar_name(dataset)
+        expected = CIFAR[name][1]
+        data.val_path = data.val_path or data.train_path  # torchvision keeps both splits
+        if data.train_path is None:
             raise ConfigError(
-                f"{key}={path!r}: no {_CIFAR_DIRS[dataset]}/ inside; set "
-                "data.download=true to let torchvision download it"
+                f"data.train_path is missing from the config (data.dataset={dataset!r})"
             )
-    if dataset in NUM_CLASSES:
-        expected = NUM_CLASSES[dataset]
-    else:
+        for key in ("train_path", "val_path"):
+            if data.download:
+                continue
+            _check_dir(f"data.{key}", data[key], dataset)
+            if not os.path.isdir(os.path.join(data[key], _CIFAR_DIRS[name])):
+                raise ConfigError(
+                    f"data.{key}={data[key]!r}: no {_CIFAR_DIRS[name]}/ inside; "
+                    "set data.download=true to let torchvision download it"
+                )
+    elif dataset in SPLIT_FILE_DATASETS:
+        expected, train_file, val_file = SPLIT_FILE_DATASETS[dataset]
+        expected = omegaconf_select(cfg, "data.num_classes", expected)
+        _check_dir("data.train_path", data.train_path, dataset)
+        data.val_path = data.val_path or data.train_path
+        data.train_split_file = omegaconf_select(cfg, "data.train_split_file", train_file)
+        data.val_split_file = omegaconf_select(cfg, "data.val_split_file", val_file)
+        for key in ("train_split_file", "val_split_file"):
+            lt.read_split_file(_split_file(data, key), data.train_path, expected, f"data.{key}")
+    else:  # custom, custom_lt: ImageFolders
+        _check_dir("data.train_path", data.train_path, dataset)
+        if data.val_path is not None:
+            _check_dir("data.val_path", data.val_path, dataset)
         expected = len(_class_folders(data.train_path))
         if expected == 0:
             raise ConfigError(f"data.train_path={data.train_path!r}: no class folders")
+        if dataset == "custom_lt":
+            data.lt_n_max = omegaconf_select(cfg, "data.lt_n_max", None)
     given = omegaconf_select(cfg, "data.num_classes", None)
     if given is not None and given != expected:
         raise ConfigError(f"data.num_classes={given}: the data has {expected} classes")
@@ -77,9 +126,14 @@ def check_data_cfg(cfg: DictConfig, need_val: bool = True) -> DictConfig:
 
 
 def build_dataset(data: DictConfig, split: str, transform: Callable | None) -> Dataset[Any]:
-    """The ``split`` ("train" or "val") of ``data.dataset``, returning (image, label) pairs."""
+    """The ``split`` ("train" or "val") of ``data.dataset``, returning (image, label) pairs.
+
+    Long-tailed datasets also carry ``targets``, ``train_class_counts`` and ``shot_groups``.
+    """
+    dataset = data.dataset
     path = data.train_path if split == "train" else data.val_path
-    if data.dataset == "synthetic_lt":
+    thresholds = {"many_threshold": data.many_threshold, "few_threshold": data.few_threshold}
+    if dataset == "synthetic_lt":
         from solo_ext.data.synthetic import SyntheticLT
 
         s = data.synthetic
@@ -92,11 +146,78 @@ def build_dataset(data: DictConfig, split: str, transform: Callable | None) -> D
             image_size=s.image_size,
             seed=s.seed,
             transform=transform,
+            **thresholds,
         )
-    if data.dataset in ("cifar10", "cifar100"):
-        cls = tvd.CIFAR10 if data.dataset == "cifar10" else tvd.CIFAR100
-        return cls(path, train=split == "train", transform=transform, download=data.download)
+    if dataset in SPLIT_FILE_DATASETS:
+        return lt.split_file_dataset(
+            _split_file(data, "train_split_file"),
+            _split_file(data, "val_split_file"),
+            data.train_path,
+            data.val_path,
+            split,
+            data.num_classes,
+            transform=transform,
+            **thresholds,
+        )
+    name = _cifar_name(dataset)
+    if name:
+        cls, num_classes, n_max = CIFAR[name]
+        base = cls(
+            path,
+            train=split == "train",
+            transform=None if dataset.endswith("_lt") else transform,
+            download=data.download,
+        )
+        if not dataset.endswith("_lt"):
+            return base
+        return _long_tailed(data, split, base, base.targets, base.classes, n_max, transform)
+    if dataset == "custom_lt":
+        base = tvd.ImageFolder(path)
+        n_max = data.lt_n_max
+        if n_max is None:  # the largest profile every class of the source can fill
+            train_targets = (
+                base.targets if split == "train" else tvd.ImageFolder(data.train_path).targets
+            )
+            n_max = min(train_targets.count(c) for c in range(data.num_classes))
+        return _long_tailed(data, split, base, base.targets, base.classes, n_max, transform)
     return tvd.ImageFolder(path, transform=transform)
+
+
+def _long_tailed(
+    data: DictConfig,
+    split: str,
+    base: Dataset,
+    targets: list[int],
+    classes: list[str],
+    n_max: int,
+    transform: Callable | None,
+) -> Dataset:
+    thresholds = {"many_threshold": data.many_threshold, "few_threshold": data.few_threshold}
+    if split == "train":
+        return lt.subsample_lt(
+            base,
+            targets,
+            classes,
+            n_max,
+            data.imbalance_factor,
+            data.lt_seed,
+            transform=transform,
+            **thresholds,
+        )
+    from solo_ext.data.longtail import lt_counts
+
+    counts = lt_counts(n_max, len(classes), data.imbalance_factor)
+    return lt.balanced(base, targets, classes, counts, transform=transform, **thresholds)
+
+
+def train_class_counts(dataset: Dataset) -> list[int] | None:
+    """Training images per class of a dataset built here (None when it does not know)."""
+    counts = getattr(dataset, "train_class_counts", None)
+    if counts is None and hasattr(dataset, "targets"):
+        counts = [0] * len(dataset.classes)
+        for t in dataset.targets:
+            counts[t] += 1
+    return list(counts) if counts is not None else None
 
 
 class IndexedNCrop(Dataset):

@@ -1,0 +1,316 @@
+"""Long-tail samplers: instance, class-balanced, square-root and progressive re-sampling.
+
+Every sampler yields dataset indices. A draw from a class-based sampler first picks a class ``c``
+with probability ``p_c`` (see :meth:`LongTailSampler.class_probabilities`), then an image of
+that class uniformly, so image ``i`` of class ``c`` has probability ``p_c / n_c``. The schemes
+follow Kang et al., "Decoupling Representation and Classifier for Long-Tailed Recognition",
+ICLR 2020, Sec. 3: ``p_c = n_c ** q / sum_k n_k ** q`` with ``q = 1`` (instance), ``q = 0``
+(class-balanced), ``q = 1/2`` (square-root), and the progressive interpolation between the
+instance and class-balanced distributions over training.
+
+Determinism: an epoch's global order is a function of ``(seed, epoch)`` only, drawn from a
+``torch.Generator`` seeded with ``seed * 1_000_003 + epoch`` (mod 2**64); the prime multiplier
+keeps ``(seed, epoch)`` and ``(seed + 1, epoch')`` apart for any realistic epoch count. Ranks
+then take strided positions of that global order, so the world size never changes what is drawn.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+from collections.abc import Iterator, Sequence
+from numbers import Integral, Real
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch.utils.data import Sampler
+
+_SEED_STRIDE = 1_000_003
+SAMPLER_COMMON_KWARGS: dict[str, Any] = {
+    "seed": 0,
+    "num_replicas": None,
+    "rank": None,
+    "num_samples": None,
+}
+
+
+def _check_int(key: str, value: object, minimum: int) -> int:
+    # bool is an Integral; a stray True/False from a config is a bug, not a count.
+    if not isinstance(value, Integral) or isinstance(value, bool) or value < minimum:
+        raise ValueError(f"data.sampler.{key}={value!r}: must be an integer >= {minimum}")
+    return int(value)
+
+
+def _as_labels(labels: Sequence[int] | torch.Tensor) -> torch.Tensor:
+    try:
+        t = torch.as_tensor(labels).detach().cpu()
+    except (TypeError, ValueError, RuntimeError) as err:
+        raise ValueError(f"data.sampler.labels: not convertible to a tensor ({err})") from None
+    if t.dim() != 1 or t.numel() == 0:
+        raise ValueError(f"data.sampler.labels: shape {tuple(t.shape)}, need a non-empty 1-D list")
+    if t.dtype == torch.bool or t.dtype.is_floating_point or t.dtype.is_complex:
+        raise ValueError(f"data.sampler.labels: dtype {t.dtype} is not an integer type")
+    if int(t.min()) < 0:
+        raise ValueError(f"data.sampler.labels: contains label {int(t.min())}, must all be >= 0")
+    return t.long()
+
+
+class LongTailSampler(Sampler[int]):
+    """Base class: seeding, epochs, distributed sharding and per-class index bookkeeping.
+
+    Args:
+        labels: Class label of every dataset item, in dataset order, shape [N], integers >= 0.
+            The class count is ``C = max(labels) + 1``; classes without images get p_c = 0.
+        seed: Base seed; the epoch order depends only on ``(seed, epoch)``.
+        num_replicas: World size W; ``None`` reads ``torch.distributed`` at iteration time
+            (1 when it is not initialized).
+        rank: This process's rank in [0, W); ``None`` reads ``torch.distributed`` (else 0).
+        num_samples: Draws per epoch over all ranks; defaults to N. The global list is padded
+            by repeating its start to a multiple of W, so every rank yields
+            ``ceil(num_samples / W)`` indices.
+    """
+
+    def __init__(
+        self,
+        labels: Sequence[int] | torch.Tensor,
+        *,
+        seed: int = 0,
+        num_replicas: int | None = None,
+        rank: int | None = None,
+        num_samples: int | None = None,
+    ) -> None:
+        self.labels = _as_labels(labels)
+        if not isinstance(seed, Integral) or isinstance(seed, bool):
+            raise ValueError(f"data.sampler.seed={seed!r}: must be an integer")
+        self.seed = int(seed)
+        self.num_replicas = (
+            None if num_replicas is None else _check_int("num_replicas", num_replicas, 1)
+        )
+        self.rank = None if rank is None else _check_int("rank", rank, 0)
+        if self.rank is not None and self.num_replicas is not None:
+            self._check_rank(self.rank, self.num_replicas)
+        n = self.labels.numel()
+        self.num_samples = n if num_samples is None else _check_int("num_samples", num_samples, 1)
+        self.epoch = 0
+        self.counts = torch.bincount(self.labels)  # [C], zeros for label gaps
+        # Items of class c sit at sorted_idx[starts[c] : starts[c] + counts[c]]; a stable sort
+        # keeps the within-class order equal to dataset order, independent of the torch build.
+        self.sorted_idx = torch.sort(self.labels, stable=True).indices
+        self.starts = torch.cumsum(self.counts, 0) - self.counts
+
+    @staticmethod
+    def _check_rank(rank: int, world: int) -> None:
+        if rank >= world:
+            raise ValueError(f"data.sampler.rank={rank}: must be < num_replicas={world}")
+
+    def _world(self) -> tuple[int, int]:
+        initialized = dist.is_available() and dist.is_initialized()
+        world = self.num_replicas or (dist.get_world_size() if initialized else 1)
+        rank = self.rank if self.rank is not None else (dist.get_rank() if initialized else 0)
+        self._check_rank(rank, world)
+        return rank, world
+
+    def _generator(self) -> torch.Generator:
+        return torch.Generator().manual_seed((self.seed * _SEED_STRIDE + self.epoch) % 2**64)
+
+    def class_probabilities(self) -> torch.Tensor:
+        """Target class distribution of the current epoch, shape [C], float64, sums to 1."""
+        raise NotImplementedError
+
+    def global_order(self) -> torch.Tensor:
+        """This epoch's indices over all ranks, shape [num_samples], int64, before padding."""
+        g = self._generator()
+        p = self.class_probabilities()
+        classes = torch.multinomial(p, self.num_samples, replacement=True, generator=g)
+        n_c = self.counts[classes]
+        # float64 so floor(u * n_c) < n_c for any realistic class size; clamp is belt and braces.
+        u = torch.rand(self.num_samples, generator=g, dtype=torch.float64)
+        offset = torch.minimum((u * n_c).long(), n_c - 1)
+        return self.sorted_idx[self.starts[classes] + offset]
+
+    def set_epoch(self, epoch: int) -> None:
+        """Select the epoch whose order the next ``__iter__`` yields."""
+        self.epoch = _check_int("epoch", epoch, 0)
+
+    def __iter__(self) -> Iterator[int]:
+        rank, world = self._world()
+        order = self.global_order()
+        total = math.ceil(self.num_samples / world) * world
+        # repeat() rather than order[:pad]: with W > num_samples the pad is longer than the list.
+        padded = order.repeat(math.ceil(total / order.numel()))[:total]
+        return iter(padded[rank::world].tolist())
+
+    def __len__(self) -> int:
+        return math.ceil(self.num_samples / self._world()[1])
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything that decides the order: ``{"epoch", "seed", "num_samples"}``."""
+        return {"epoch": self.epoch, "seed": self.seed, "num_samples": self.num_samples}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict` so a resumed run replays the same order."""
+        missing = sorted({"epoch", "seed"} - set(state))
+        if missing:
+            raise ValueError(f"sampler state_dict: missing keys {missing}")
+        self.set_epoch(state["epoch"])
+        if not isinstance(state["seed"], Integral) or isinstance(state["seed"], bool):
+            raise ValueError(f"data.sampler.seed={state['seed']!r}: must be an integer")
+        self.seed = int(state["seed"])
+        if "num_samples" in state:
+            self.num_samples = _check_int("num_samples", state["num_samples"], 1)
+
+
+class InstanceSampler(LongTailSampler):
+    """Uniform over images: a seeded permutation of range(N) per epoch (no replacement).
+
+    When ``num_samples > N``, independent permutations are concatenated; when smaller, the
+    permutation is truncated. Expected class frequencies are ``n_c / N``.
+    """
+
+    def class_probabilities(self) -> torch.Tensor:
+        return self.counts.double() / self.counts.sum()
+
+    def global_order(self) -> torch.Tensor:
+        g = self._generator()
+        n = self.labels.numel()
+        perms = [torch.randperm(n, generator=g) for _ in range(math.ceil(self.num_samples / n))]
+        return torch.cat(perms)[: self.num_samples]
+
+
+class ClassBalancedSampler(LongTailSampler):
+    """Class uniform over non-empty classes, then image uniform (with replacement)."""
+
+    def class_probabilities(self) -> torch.Tensor:
+        present = (self.counts > 0).double()
+        return present / present.sum()
+
+
+class SqrtSampler(LongTailSampler):
+    """Class probability ``n_c ** power / sum_k n_k ** power`` (Mahajan et al. 2018; Kang 2020).
+
+    Args:
+        power: Exponent q >= 0; 0.5 is square-root sampling, 1 instance-, 0 class-balanced.
+        **kwargs: See :class:`LongTailSampler`.
+    """
+
+    def __init__(
+        self, labels: Sequence[int] | torch.Tensor, *, power: float = 0.5, **kwargs: Any
+    ) -> None:
+        if (
+            not isinstance(power, Real)
+            or isinstance(power, bool)
+            or not power >= 0  # also rejects NaN
+            or math.isinf(power)
+        ):
+            raise ValueError(f"data.sampler.power={power!r}: must be a finite number >= 0")
+        self.power = float(power)
+        super().__init__(labels, **kwargs)
+
+    def class_probabilities(self) -> torch.Tensor:
+        n = self.counts.double()
+        # torch gives 0 ** 0 = 1; empty classes must stay undrawable for power = 0.
+        w = torch.where(n > 0, n.pow(self.power), torch.zeros_like(n))
+        return w / w.sum()
+
+
+class ProgressiveSampler(LongTailSampler):
+    """Progressively-balanced sampling (Kang et al., ICLR 2020, Sec. 3, Eq. 2).
+
+    ``p_c(t) = (1 - t/T) * n_c / N + (t/T) / C``, with t the epoch from :meth:`set_epoch`,
+    ``t/T`` clipped to [0, 1] and C the number of non-empty classes.
+
+    Args:
+        total_epochs: T >= 1, the epoch at which sampling becomes class-balanced.
+        **kwargs: See :class:`LongTailSampler`.
+    """
+
+    def __init__(
+        self,
+        labels: Sequence[int] | torch.Tensor,
+        *,
+        total_epochs: int | None = None,
+        **kwargs: Any,
+    ) -> None:
+        self.total_epochs = _check_int("total_epochs", total_epochs, 1)
+        super().__init__(labels, **kwargs)
+
+    def class_probabilities(self) -> torch.Tensor:
+        alpha = min(max(self.epoch / self.total_epochs, 0.0), 1.0)
+        n = self.counts.double()
+        present = (n > 0).double()
+        return (1.0 - alpha) * n / n.sum() + alpha * present / present.sum()
+
+
+SAMPLERS: dict[str, type[LongTailSampler]] = {
+    "instance": InstanceSampler,
+    "class_balanced": ClassBalancedSampler,
+    "sqrt": SqrtSampler,
+    "progressive": ProgressiveSampler,
+}
+SAMPLER_KWARGS: dict[str, dict[str, Any]] = {
+    "instance": {},
+    "class_balanced": {},
+    "sqrt": {"power": 0.5},
+    "progressive": {"total_epochs": None},
+}
+
+
+def _hint(word: str, options: Sequence[str]) -> str:
+    close = difflib.get_close_matches(word, options, n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def build_sampler(
+    name: str, labels: Sequence[int] | torch.Tensor, **kwargs: Any
+) -> LongTailSampler:
+    """Instantiate the sampler registered as ``name`` (a key of :data:`SAMPLERS`).
+
+    Args:
+        name: One of ``SAMPLERS``.
+        labels: Class label per dataset item, shape [N].
+        **kwargs: The common keys of :data:`SAMPLER_COMMON_KWARGS` plus that sampler's own
+            keys from :data:`SAMPLER_KWARGS`.
+
+    Raises:
+        ValueError: Unknown name or key (with the closest match), or an out-of-range value.
+    """
+    names = sorted(SAMPLERS)
+    if name not in SAMPLERS:
+        raise ValueError(f"data.sampler.name={name!r}: not one of {names}{_hint(str(name), names)}")
+    valid = sorted({*SAMPLER_COMMON_KWARGS, *SAMPLER_KWARGS[name]})
+    for key in kwargs:
+        if key not in valid:
+            raise ValueError(
+                f"data.sampler.{key}={kwargs[key]!r}: not a key of sampler {name!r}; "
+                f"valid keys: {valid}{_hint(key, valid)}"
+            )
+    return SAMPLERS[name](labels, **kwargs)
+
+
+def check_sampler_cfg(cfg: Any, total_epochs: int) -> dict[str, Any] | None:
+    """Checks ``data.sampler`` (``{name, <keys>}`` or just a name) before any work and returns
+    the ``build_sampler`` arguments (None when no sampler is configured: plain shuffling).
+
+    ``progressive`` takes its ``total_epochs`` from the run's epochs unless given; the rank and
+    world size come from the trainer, not the config.
+    """
+    from omegaconf import OmegaConf
+
+    section = OmegaConf.select(cfg, "data.sampler", default=None)
+    if section is None:
+        return None
+    if isinstance(section, str):
+        cfg.data.sampler = {"name": section}
+        section = cfg.data.sampler
+    kwargs = {k: v for k, v in section.items() if k != "name"}
+    for key in ("num_replicas", "rank"):
+        if key in kwargs:
+            raise ValueError(
+                f"data.sampler.{key}={kwargs[key]!r}: set by the trainer, not the config"
+            )
+    name = section.get("name")
+    if name == "progressive" and kwargs.get("total_epochs") is None:
+        section.total_epochs = kwargs["total_epochs"] = total_epochs
+    build_sampler(name, [0], **kwargs)  # validates name, keys and values now
+    return {"name": name, **kwargs}
