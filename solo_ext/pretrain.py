@@ -25,6 +25,7 @@ from solo_ext.checkpoint import checkpoint_callbacks, new_run_id
 from solo_ext.cli import hydra_argv, one_line_errors
 from solo_ext.config import ConfigError, check_choice, require
 from solo_ext.data.datasets import IndexedNCrop, build_dataset, check_data_cfg
+from solo_ext.data.samplers import build_sampler, check_sampler_cfg
 from solo_ext.data.transforms import build_eval_transform, build_pretrain_transform
 from solo_ext.host import BACKBONES, METHODS, omegaconf_select
 from solo_ext.registry import register
@@ -59,6 +60,10 @@ def parse_cfg(cfg: DictConfig) -> DictConfig:
     check_choice("optimizer.name", cfg.optimizer.name, method_cls._OPTIMIZERS)
     check_choice("scheduler.name", omegaconf_select(cfg, "scheduler.name"), method_cls._SCHEDULERS)
     check_data_cfg(cfg)
+    try:
+        check_sampler_cfg(cfg, total_epochs=cfg.max_epochs)
+    except ValueError as err:
+        raise ConfigError(str(err)) from err
     cfg.name = omegaconf_select(cfg, "name", cfg.method)
     cfg.seed = omegaconf_select(cfg, "seed", 5)
     cfg.resume_from_checkpoint = omegaconf_select(cfg, "resume_from_checkpoint", None)
@@ -111,12 +116,18 @@ def build_loaders(cfg: DictConfig) -> tuple[DataLoader, DataLoader | None]:
     transform = build_pretrain_transform(data.dataset, cfg.augmentations)
     if cfg.debug_augmentations:
         print("Transforms:\n", transform)
-    train = IndexedNCrop(build_dataset(data, "train", transform), no_labels=data.no_labels)
+    train_set = build_dataset(data, "train", transform)
+    train = IndexedNCrop(train_set, no_labels=data.no_labels)
     workers = data.num_workers
+    sampler_args = check_sampler_cfg(cfg, total_epochs=cfg.max_epochs)
+    sampler = None
+    if sampler_args is not None:
+        sampler = build_sampler(sampler_args.pop("name"), train_set.targets, **sampler_args)
     train_loader = DataLoader(
         train,
         batch_size=cfg.optimizer.batch_size,
-        shuffle=True,
+        shuffle=sampler is None,
+        sampler=sampler,
         num_workers=workers,
         pin_memory=torch.cuda.is_available(),
         drop_last=True,
@@ -175,6 +186,9 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     trainer_kwargs.update(
         logger=logger, callbacks=callbacks, enable_checkpointing=cfg.checkpoint.enabled
     )
+    if omegaconf_select(cfg, "data.sampler") is not None:
+        # solo-ext's samplers shard by rank themselves; Lightning must not wrap them
+        trainer_kwargs["use_distributed_sampler"] = False
     trainer = pl.Trainer(**trainer_kwargs)
     # the run directory already holds args.json and the logs when the checkpointer looks at it
     warnings.filterwarnings("ignore", message=r"Checkpoint directory .* exists and is not empty")

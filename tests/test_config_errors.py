@@ -85,3 +85,18 @@ def test_cli_prints_one_line_and_writes_nothing(tmp_path):
     assert lines == [lines[-1]] and "backbone.name='resnet7'" in lines[-1], proc.stderr
     assert sorted(p.name for p in ckpt_dir.iterdir()) == ["keep.txt"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["trained_models"]
+
+
+@pytest.mark.parametrize(
+    "sampler,text",
+    [
+        ({"name": "sqr"}, "data.sampler.name='sqr'"),
+        ({"name": "sqrt", "pwer": 1}, "data.sampler.pwer=1"),
+        ({"name": "sqrt", "power": -1}, "data.sampler.power=-1"),
+        ({"name": "instance", "rank": 1}, "data.sampler.rank=1"),
+    ],
+)
+def test_bad_sampler(sampler, text, make_cfg):
+    with pytest.raises(ConfigError) as info:
+        parse_cfg(make_cfg("scl", **{"data.sampler": sampler}))
+    assert text in str(info.value) and "\n" not in str(info.value)

@@ -58,3 +58,13 @@ def test_fit_checkpoint_and_knn(method, make_cfg, tmp_path, capsys):
     assert 0 <= metrics["knn_acc1"] <= metrics["knn_acc5"] <= 100
     assert json.loads((run_dir / "metrics.json").read_text())["knn_acc1"] == metrics["knn_acc1"]
     assert "kNN (k=3" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("sampler", ["class_balanced", "progressive"])
+def test_fit_with_long_tail_sampler(sampler, make_cfg):
+    cfg = make_cfg("scl", **{"data.sampler": {"name": sampler}, "checkpoint.enabled": False})
+    result = run(cfg)
+    assert result["metrics"]["train_class_loss"] > 0
+    assert cfg.data.sampler.name == sampler
+    if sampler == "progressive":
+        assert cfg.data.sampler.total_epochs == cfg.max_epochs  # filled from the run
