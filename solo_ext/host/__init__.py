@@ -45,7 +45,10 @@ if HOST == "solo":
     from solo.utils.misc import gather, omegaconf_select
     from solo.utils.momentum import initialize_momentum_params
 
+    from solo_ext.modules.resnet_cifar import resnet32
+
     BACKBONES = BaseMethod._BACKBONES
+    BACKBONES.setdefault("resnet32", resnet32)  # CIFAR-LT's backbone, beside solo-learn's own
 else:
     from solo_ext.host.standalone import (
         BACKBONES,

@@ -12,6 +12,8 @@ import timm
 import torchvision
 from torch import nn
 
+from solo_ext.modules.resnet_cifar import resnet32
+
 
 def resnet18(method: str = "", **kwargs) -> nn.Module:
     return torchvision.models.resnet18(**kwargs)
@@ -37,6 +39,7 @@ vit_small = _vit("vit_small_patch16_224")
 BACKBONES: dict[str, Callable[..., nn.Module]] = {
     "resnet18": resnet18,
     "resnet50": resnet50,
+    "resnet32": resnet32,
     "vit_tiny": vit_tiny,
     "vit_small": vit_small,
 }
