@@ -1,28 +1,29 @@
 """``solo-ext-knn``: weighted kNN accuracy of a pretrained backbone's frozen features.
 
-    solo-ext-knn --pretrained_checkpoint_dir trained_models/scl/offline-ab12cd34
+    solo-ext-knn pretrained_checkpoint_dir=trained_models/scl/offline-ab12cd34 k=20
 
 Reads ``args.json`` and the newest ``.ckpt`` of the run (solo-ext's or solo-learn's layout),
-scores the validation split against the training split (no augmentation), and writes
-``metrics.json`` beside the checkpoint.
+scores the validation split against the training split (no augmentation), and writes overall
+top-1 / top-5 and Many / Medium / Few accuracy into ``metrics.json`` beside the checkpoint, the
+per-class accuracy into ``knn_per_class.csv`` and its plot into ``knn_per_class.png``. Keys:
+``solo_ext/conf/knn.yaml``; ``data.*`` overrides the run's data config (paths, thresholds).
 """
 
 from __future__ import annotations
 
-import argparse
+import sys
 from pathlib import Path
 from typing import Any
 
+import hydra
 import torch
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
-from solo_ext.cli import one_line_errors
-from solo_ext.data.datasets import build_dataset, check_data_cfg
-from solo_ext.data.transforms import build_eval_transform
+from solo_ext.cli import hydra_argv, one_line_errors
+from solo_ext.config import check_choice, check_range
+from solo_ext.eval.common import load_for_eval, report, split_features
 from solo_ext.eval.knn_classifier import DISTANCES, knn_predict
-from solo_ext.eval.metrics_file import update_metrics
-from solo_ext.eval.pretrained import extract_features, load_run
 
 
 def topk_accuracy(scores: torch.Tensor, labels: torch.Tensor) -> tuple[float, float]:
@@ -34,77 +35,64 @@ def topk_accuracy(scores: torch.Tensor, labels: torch.Tensor) -> tuple[float, fl
 
 def evaluate_model(
     backbone: nn.Module,
-    cfg: DictConfig,
+    pre_cfg: DictConfig,
     k: int = 20,
     temperature: float = 0.07,
     distance: str = "cosine",
     out_dir: str | Path | None = None,
     batch_size: int = 256,
 ) -> dict[str, Any]:
-    """kNN top-1 / top-5 of ``backbone`` on ``cfg.data``'s val split; prints and saves them."""
-    crop = cfg.augmentations[0].crop_size if cfg.get("augmentations") else 224
-    transform = build_eval_transform(cfg.data.dataset, crop)
-    train = build_dataset(cfg.data, "train", transform)
-    val = build_dataset(cfg.data, "val", transform)
-    train_x, train_y = extract_features(backbone, train, batch_size)
-    val_x, val_y = extract_features(backbone, val, batch_size)
-    scores = knn_predict(train_x, train_y, val_x, cfg.data.num_classes, k, temperature, distance)
-    acc1, acc5 = topk_accuracy(scores, val_y)
-    metrics = {
-        "knn_acc1": acc1,
-        "knn_acc5": acc5,
-        "k": k,
-        "temperature": temperature,
-        "distance": distance,
-        "num_train": len(train),
-        "num_val": len(val),
+    """kNN report of ``backbone`` on ``pre_cfg.data``'s val split; prints and saves it."""
+    feats = split_features(backbone, pre_cfg, batch_size)
+    scores = knn_predict(
+        feats["train_x"],
+        feats["train_y"],
+        feats["val_x"],
+        pre_cfg.data.num_classes,
+        k,
+        temperature,
+        distance,
+    )
+    extra = {
+        "knn_k": k,
+        "knn_temperature": temperature,
+        "knn_distance": distance,
+        "num_train": len(feats["train"]),
+        "num_val": len(feats["val"]),
     }
-    print(
-        f"kNN (k={k}, {distance}) on {cfg.data.dataset} val: acc@1 {acc1:.2f}%  acc@5 {acc5:.2f}%"
+    return report(
+        scores,
+        feats["val_y"],
+        feats["train"],
+        pre_cfg.data,
+        "knn_",
+        out_dir,
+        extra,
+        f"kNN (k={k}, {distance})",
     )
-    if out_dir is not None:
-        update_metrics(out_dir, metrics)
-    return metrics
 
 
-def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="solo-ext-knn", description=__doc__.splitlines()[0])
-    p.add_argument(
-        "--pretrained_checkpoint_dir",
-        required=True,
-        help="run directory holding args.json and the .ckpt",
+def run(cfg: DictConfig) -> dict[str, Any]:
+    """Checks ``cfg`` (see the module docstring), evaluates, returns the metrics."""
+    OmegaConf.set_struct(cfg, False)
+    check_range("k", cfg.k, 1)
+    check_range("temperature", cfg.temperature, 0, low_open=True)
+    check_choice("distance", cfg.distance, DISTANCES)
+    backbone, pre_cfg, out_dir = load_for_eval(cfg)
+    return evaluate_model(
+        backbone, pre_cfg, cfg.k, cfg.temperature, cfg.distance, out_dir, cfg.batch_size
     )
-    p.add_argument("--k", type=int, default=20)
-    p.add_argument("--temperature", type=float, default=0.07)
-    p.add_argument("--distance", choices=DISTANCES, default="cosine")
-    p.add_argument("--batch_size", type=int, default=256)
-    p.add_argument("--train_path", help="override the run's data.train_path")
-    p.add_argument("--val_path", help="override the run's data.val_path")
-    return p
 
 
-def run(argv: list[str] | None = None) -> dict[str, Any]:
-    """Parses ``argv``, evaluates, returns the metrics."""
-    args = parser().parse_args(argv)
+@hydra.main(version_base="1.2", config_path="conf", config_name="knn")
+def _hydra_main(cfg: DictConfig) -> None:
     with one_line_errors("solo-ext-knn"):
-        backbone, cfg, ckpt = load_run(args.pretrained_checkpoint_dir)
-        for key in ("train_path", "val_path"):
-            if getattr(args, key):
-                cfg.data[key] = getattr(args, key)
-        check_data_cfg(cfg)
-        return evaluate_model(
-            backbone,
-            cfg,
-            args.k,
-            args.temperature,
-            args.distance,
-            out_dir=ckpt.parent,
-            batch_size=args.batch_size,
-        )
+        run(cfg)
 
 
 def main() -> None:
-    run()
+    sys.argv = hydra_argv(sys.argv)
+    _hydra_main()
 
 
 if __name__ == "__main__":

@@ -1,42 +1,51 @@
 """``solo-ext-linear``: linear probe on a pretrained backbone's frozen features.
 
-    solo-ext-linear --pretrained_checkpoint_dir trained_models/scl/offline-ab12cd34
+    solo-ext-linear pretrained_checkpoint_dir=trained_models/scl/offline-ab12cd34 \\
+        data.sampler.name=class_balanced max_epochs=40
 
 The backbone is frozen, so its features are extracted once (no augmentation) and a linear
-classifier (after a non-affine BatchNorm, as in MAE's probe) is trained on them with Lightning.
-acc@1 / acc@5 on the validation split go into ``metrics.json`` beside the checkpoint.
+classifier (after a non-affine BatchNorm when ``feature_norm``, as in MAE's probe) is trained on
+them with Lightning, optionally with a long-tail sampler (``data.sampler``; DSCL trains its
+classifier with ``class_balanced``). Overall and Many / Medium / Few accuracy go into
+``metrics.json`` beside the checkpoint, per-class accuracy into ``linear_per_class.csv`` and
+``linear_per_class.png``. Keys: ``solo_ext/conf/linear.yaml``.
 """
 
 from __future__ import annotations
 
-import argparse
+import sys
 from typing import Any
 
+import hydra
 import lightning.pytorch as pl
 import torch
 import torch.nn.functional as F
+from omegaconf import DictConfig, OmegaConf
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from solo_ext.cli import one_line_errors
-from solo_ext.config import check_range
-from solo_ext.data.datasets import build_dataset, check_data_cfg
-from solo_ext.data.transforms import build_eval_transform
-from solo_ext.eval.metrics_file import update_metrics
-from solo_ext.eval.pretrained import extract_features, load_run
-from solo_ext.knn import topk_accuracy
+from solo_ext.cli import hydra_argv, one_line_errors
+from solo_ext.config import ConfigError, check_range
+from solo_ext.data.samplers import build_sampler, check_sampler_cfg
+from solo_ext.eval.common import load_for_eval, report, split_features
 
 
 class LinearProbe(pl.LightningModule):
-    """BatchNorm (no affine) + linear layer on fixed features [N, D]."""
+    """(BatchNorm without affine +) linear layer on fixed features [N, D]; cosine-decayed SGD."""
 
-    def __init__(self, dim: int, num_classes: int, lr: float, weight_decay: float, epochs: int):
+    def __init__(
+        self,
+        dim: int,
+        num_classes: int,
+        lr: float,
+        weight_decay: float,
+        epochs: int,
+        feature_norm: bool = True,
+    ):
         super().__init__()
         self.save_hyperparameters()
-        self.head = nn.Sequential(nn.BatchNorm1d(dim, affine=False), nn.Linear(dim, num_classes))
-        self.val_scores: list[torch.Tensor] = []
-        self.val_labels: list[torch.Tensor] = []
-        self.result: dict[str, float] = {}
+        norm = nn.BatchNorm1d(dim, affine=False) if feature_norm else nn.Identity()
+        self.head = nn.Sequential(norm, nn.Linear(dim, num_classes))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.head(x)
@@ -47,18 +56,6 @@ class LinearProbe(pl.LightningModule):
         self.log("train_loss", loss, prog_bar=True)
         return loss
 
-    def validation_step(self, batch, batch_idx):
-        x, y = batch
-        self.val_scores.append(self(x))
-        self.val_labels.append(y)
-
-    def on_validation_epoch_end(self) -> None:
-        acc1, acc5 = topk_accuracy(torch.cat(self.val_scores), torch.cat(self.val_labels))
-        self.val_scores.clear()
-        self.val_labels.clear()
-        self.result = {"linear_acc1": acc1, "linear_acc5": acc5}
-        self.log_dict({"val_acc1": acc1, "val_acc5": acc5}, prog_bar=True)
-
     def configure_optimizers(self):
         hp = self.hparams
         opt = torch.optim.SGD(
@@ -67,70 +64,78 @@ class LinearProbe(pl.LightningModule):
         return [opt], [torch.optim.lr_scheduler.CosineAnnealingLR(opt, hp.epochs)]
 
 
-def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="solo-ext-linear", description=__doc__.splitlines()[0])
-    p.add_argument(
-        "--pretrained_checkpoint_dir",
-        required=True,
-        help="run directory holding args.json and the .ckpt",
-    )
-    p.add_argument("--epochs", type=int, default=100)
-    p.add_argument("--lr", type=float, default=0.1)
-    p.add_argument("--weight_decay", type=float, default=0.0)
-    p.add_argument("--batch_size", type=int, default=256)
-    p.add_argument("--seed", type=int, default=5)
-    p.add_argument("--train_path", help="override the run's data.train_path")
-    p.add_argument("--val_path", help="override the run's data.val_path")
-    return p
+def run(cfg: DictConfig) -> dict[str, Any]:
+    """Checks ``cfg`` (see the module docstring), trains the probe, returns the metrics."""
+    OmegaConf.set_struct(cfg, False)
+    check_range("max_epochs", cfg.max_epochs, 1)
+    check_range("optimizer.batch_size", cfg.optimizer.batch_size, 1)
+    check_range("optimizer.lr", cfg.optimizer.lr, 0, low_open=True)
+    check_range("optimizer.weight_decay", cfg.optimizer.weight_decay, 0)
+    backbone, pre_cfg, out_dir = load_for_eval(cfg)
+    try:
+        sampler_args = check_sampler_cfg(pre_cfg, total_epochs=cfg.max_epochs)
+    except ValueError as err:
+        raise ConfigError(str(err)) from err
 
-
-def run(argv: list[str] | None = None) -> dict[str, Any]:
-    """Parses ``argv``, evaluates, returns the metrics."""
-    args = parser().parse_args(argv)
-    with one_line_errors("solo-ext-linear"):
-        for key in ("epochs", "batch_size"):
-            check_range(f"--{key}", getattr(args, key), 1)
-        check_range("--lr", args.lr, 0, low_open=True)
-        backbone, cfg, ckpt = load_run(args.pretrained_checkpoint_dir)
-        for key in ("train_path", "val_path"):
-            if getattr(args, key):
-                cfg.data[key] = getattr(args, key)
-        check_data_cfg(cfg)
-    pl.seed_everything(args.seed, workers=True)
-    crop = cfg.augmentations[0].crop_size if cfg.get("augmentations") else 224
-    transform = build_eval_transform(cfg.data.dataset, crop)
-    train_x, train_y = extract_features(backbone, build_dataset(cfg.data, "train", transform))
-    val_x, val_y = extract_features(backbone, build_dataset(cfg.data, "val", transform))
-    probe = LinearProbe(
-        train_x.size(1), cfg.data.num_classes, args.lr, args.weight_decay, args.epochs
-    )
+    pl.seed_everything(cfg.seed, workers=True)
+    feats = split_features(backbone, pre_cfg)
+    train_x, train_y = feats["train_x"], feats["train_y"]
+    sampler = None
+    if sampler_args is not None:
+        sampler = build_sampler(sampler_args.pop("name"), train_y, seed=cfg.seed, **sampler_args)
+    batch_size = cfg.optimizer.batch_size
     train = DataLoader(
         TensorDataset(train_x, train_y),
-        batch_size=args.batch_size,
-        shuffle=True,
-        drop_last=len(train_x) > args.batch_size,
+        batch_size=batch_size,
+        shuffle=sampler is None,
+        sampler=sampler,
+        drop_last=len(train_x) > batch_size,
     )
-    val = DataLoader(TensorDataset(val_x, val_y), batch_size=1024)
+    probe = LinearProbe(
+        train_x.size(1),
+        pre_cfg.data.num_classes,
+        cfg.optimizer.lr,
+        cfg.optimizer.weight_decay,
+        cfg.max_epochs,
+        cfg.feature_norm,
+    )
     trainer = pl.Trainer(
-        max_epochs=args.epochs,
-        accelerator="cpu",
-        devices=1,
+        max_epochs=cfg.max_epochs,
+        accelerator=cfg.accelerator,
+        devices=cfg.devices,
         logger=False,
         enable_checkpointing=False,
-        check_val_every_n_epoch=args.epochs,
+        use_distributed_sampler=sampler is None,
     )
-    trainer.fit(probe, train, val)
-    metrics = {**probe.result, "linear_epochs": args.epochs}
-    print(
-        f"linear probe on {cfg.data.dataset} val: acc@1 {metrics['linear_acc1']:.2f}%  "
-        f"acc@5 {metrics['linear_acc5']:.2f}%"
+    trainer.fit(probe, train)
+    probe.eval()
+    with torch.no_grad():
+        scores = probe(feats["val_x"].to(probe.device)).cpu()
+    extra = {
+        "linear_epochs": cfg.max_epochs,
+        "linear_sampler": (OmegaConf.select(pre_cfg, "data.sampler.name") or "shuffle"),
+    }
+    return report(
+        scores,
+        feats["val_y"],
+        feats["train"],
+        pre_cfg.data,
+        "linear_",
+        out_dir,
+        extra,
+        "linear probe",
     )
-    update_metrics(ckpt.parent, metrics)
-    return metrics
+
+
+@hydra.main(version_base="1.2", config_path="conf", config_name="linear")
+def _hydra_main(cfg: DictConfig) -> None:
+    with one_line_errors("solo-ext-linear"):
+        run(cfg)
 
 
 def main() -> None:
-    run()
+    sys.argv = hydra_argv(sys.argv)
+    _hydra_main()
 
 
 if __name__ == "__main__":

@@ -24,7 +24,12 @@ from torch.utils.data import DataLoader
 from solo_ext.checkpoint import checkpoint_callbacks, new_run_id
 from solo_ext.cli import hydra_argv, one_line_errors
 from solo_ext.config import ConfigError, check_choice, require
-from solo_ext.data.datasets import IndexedNCrop, build_dataset, check_data_cfg
+from solo_ext.data.datasets import (
+    IndexedNCrop,
+    build_dataset,
+    check_data_cfg,
+    train_class_counts,
+)
 from solo_ext.data.samplers import build_sampler, check_sampler_cfg
 from solo_ext.data.transforms import build_eval_transform, build_pretrain_transform
 from solo_ext.host import BACKBONES, METHODS, omegaconf_select
@@ -152,10 +157,12 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     """Pretrains; returns the run directory and the final metrics."""
     cfg = parse_cfg(cfg)
     pl.seed_everything(cfg.seed, workers=True)
+    train_loader, val_loader = build_loaders(cfg)
+    # the online kNN reports the Many / Medium / Few split from these counts
+    cfg.data.train_class_counts = train_class_counts(train_loader.dataset.dataset)
     model = METHODS[cfg.method](cfg)
     if not cfg.performance.disable_channel_last:
         model = model.to(memory_format=torch.channels_last)
-    train_loader, val_loader = build_loaders(cfg)
 
     logdir = Path(cfg.checkpoint.dir) / cfg.method
     run_id = new_run_id(logdir)
@@ -199,12 +206,8 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     if cfg.knn_eval.enabled and trainer.is_global_zero:
         from solo_ext.knn import evaluate_model
 
-        result["knn"] = evaluate_model(
-            model.backbone,
-            cfg,
-            k=cfg.knn_eval.k,
-            out_dir=run_dir if cfg.checkpoint.enabled else None,
-        )
+        out_dir = run_dir if cfg.checkpoint.enabled else None
+        result["knn"] = evaluate_model(model.backbone, cfg, k=cfg.knn_eval.k, out_dir=out_dir)
     return result
 
 

@@ -81,3 +81,12 @@ def make_cfg(tmp_path):
         return tiny_cfg(method, tmp_path, **overrides)
 
     return make
+
+
+def eval_cfg(name: str, run_dir: Path | str, **overrides) -> DictConfig:
+    """The packaged defaults of ``solo-ext-knn`` / ``solo-ext-linear`` for ``run_dir``."""
+    cfg = OmegaConf.load(ROOT / "solo_ext" / "conf" / f"{name}.yaml")
+    cfg.pretrained_checkpoint_dir = str(run_dir)
+    for key, value in overrides.items():
+        OmegaConf.update(cfg, key, value, force_add=True)
+    return cfg

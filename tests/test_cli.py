@@ -61,50 +61,54 @@ def pretrained_run(tmp_path_factory) -> Path:
         ],
         cwd=ROOT,
     )
-    assert "kNN (k=20, cosine) on synthetic_lt val: acc@1" in proc.stdout
+    assert "kNN (k=20, cosine) on synthetic_lt val: acc@1" in proc.stdout and "few" in proc.stdout
     (run_dir,) = (out / "scl").iterdir()
     return run_dir
 
 
 def test_main_job_layout(pretrained_run):
     names = sorted(p.name for p in pretrained_run.iterdir())
-    assert "args.json" in names and "metrics.json" in names
+    for name in ("args.json", "metrics.json", "knn_per_class.csv", "knn_per_class.png"):
+        assert name in names
     assert f"scl-synthetic-lt-{pretrained_run.name}-ep=0.ckpt" in names
     metrics = json.loads((pretrained_run / "metrics.json").read_text())
     assert 0 <= metrics["knn_acc1"] <= 100 and metrics["num_val"] == 16
+    assert metrics["knn_num_many"] + metrics["knn_num_medium"] + metrics["knn_num_few"] == 4
 
 
 def test_knn_cli(pretrained_run):
     proc = _run(
-        _script("solo-ext-knn") + ["--pretrained_checkpoint_dir", str(pretrained_run), "--k", "5"],
+        _script("solo-ext-knn") + [f"pretrained_checkpoint_dir={pretrained_run}", "k=5"],
         cwd=pretrained_run,
     )
-    assert "kNN (k=5, cosine)" in proc.stdout
-    assert json.loads((pretrained_run / "metrics.json").read_text())["k"] == 5
+    assert "kNN (k=5, cosine) on synthetic_lt val: acc@1" in proc.stdout
+    assert json.loads((pretrained_run / "metrics.json").read_text())["knn_k"] == 5
 
 
-def test_linear_cli_as_module(pretrained_run):
+def test_linear_cli_as_module_with_class_balanced_sampler(pretrained_run):
     proc = _run(
         [
             sys.executable,
             "-m",
             "solo_ext.linear",
-            "--pretrained_checkpoint_dir",
-            str(pretrained_run),
-            "--epochs",
-            "3",
+            f"pretrained_checkpoint_dir={pretrained_run}",
+            "max_epochs=3",
+            "+data.sampler.name=class_balanced",
+            "+enable_progress_bar=false",
         ],
         cwd=pretrained_run,
     )
     assert "linear probe on synthetic_lt val: acc@1" in proc.stdout
     metrics = json.loads((pretrained_run / "metrics.json").read_text())
     assert 0 <= metrics["linear_acc1"] <= metrics["linear_acc5"] <= 100
+    assert metrics["linear_sampler"] == "class_balanced"
     assert "knn_acc1" in metrics  # the kNN result is kept
+    assert (pretrained_run / "linear_per_class.png").is_file()
 
 
 def test_eval_of_missing_run_is_one_line(tmp_path):
     proc = subprocess.run(
-        _script("solo-ext-knn") + ["--pretrained_checkpoint_dir", str(tmp_path / "none")],
+        _script("solo-ext-knn") + [f"pretrained_checkpoint_dir={tmp_path / 'none'}"],
         capture_output=True,
         text=True,
         timeout=120,

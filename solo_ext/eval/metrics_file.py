@@ -3,14 +3,20 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
 
+def _jsonable(value: Any) -> Any:
+    return None if isinstance(value, float) and math.isnan(value) else value
+
+
 def update_metrics(out_dir: str | Path, new: dict[str, Any]) -> dict[str, Any]:
-    """Merges ``new`` into ``<out_dir>/metrics.json`` (keeping other evaluations' keys)."""
+    """Merges ``new`` into ``<out_dir>/metrics.json`` (keeping other evaluations' keys);
+    NaN (e.g. the accuracy of an empty shot group) is written as null."""
     path = Path(out_dir) / "metrics.json"
     metrics = json.loads(path.read_text()) if path.is_file() else {}
-    metrics.update(new)
+    metrics.update({k: _jsonable(v) for k, v in new.items()})
     path.write_text(json.dumps(metrics, indent=2))
     return metrics

@@ -1,0 +1,1 @@
+"""Packaged default configs of the evaluation entry points (Hydra)."""
