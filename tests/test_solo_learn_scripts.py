@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import AUGMENTATION, METHOD_NAMES
+from conftest import AUGMENTATION, METHOD_NAMES, eval_cfg
 
 from solo_ext.data.synthetic import SyntheticLT
 from solo_ext.host import HOST
@@ -150,5 +150,5 @@ def test_main_pretrain_then_linear_and_knn(method, image_folder, tmp_path):
 
     from solo_ext import knn
 
-    metrics = knn.run(["--pretrained_checkpoint_dir", str(run_dir), "--k", "3"])
+    metrics = knn.run(eval_cfg("knn", run_dir, k=3))
     assert 0 <= metrics["knn_acc1"] <= 100 and metrics["num_val"] == 24

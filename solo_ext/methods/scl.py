@@ -19,9 +19,25 @@ import torch.nn.functional as F
 from omegaconf import DictConfig
 
 from solo_ext.config import check_range, fill_section
-from solo_ext.host import BaseMomentumMethod, gather, initialize_momentum_params
+from solo_ext.eval.knn_classifier import LongTailKNN
+from solo_ext.host import BaseMomentumMethod, gather, initialize_momentum_params, omegaconf_select
 from solo_ext.losses.scl import scl_loss
 from solo_ext.modules import LabeledQueue, build_mlp
+
+
+def long_tail_knn(cfg: DictConfig) -> LongTailKNN | None:
+    """The online kNN with the Many / Medium / Few split, when the run knows its class counts
+    (``data.train_class_counts``, set by solo-ext-pretrain) and ``knn_eval.enabled``."""
+    counts = omegaconf_select(cfg, "data.train_class_counts")
+    if not counts or not cfg.knn_eval.enabled:
+        return None
+    return LongTailKNN(
+        list(counts),
+        omegaconf_select(cfg, "data.many_threshold", 100),
+        omegaconf_select(cfg, "data.few_threshold", 20),
+        k=cfg.knn_eval.k,
+        distance_fx=omegaconf_select(cfg, "knn_eval.distance_func", "cosine"),
+    )
 
 
 class SCL(BaseMomentumMethod):
@@ -45,6 +61,7 @@ class SCL(BaseMomentumMethod):
         initialize_momentum_params(self.projector, self.momentum_projector)
         self.queue = LabeledQueue(kw.queue_size, kw.proj_output_dim)
         self._pending_keys: tuple[torch.Tensor, torch.Tensor] | None = None
+        self.lt_knn = long_tail_knn(cfg)
 
     @classmethod
     def check_method_kwargs(cls, cfg: DictConfig) -> None:
@@ -99,6 +116,9 @@ class SCL(BaseMomentumMethod):
     def training_step(self, batch: Sequence[Any], batch_idx: int) -> torch.Tensor:
         """Symmetric loss (each large crop is the query once), then both views' keys enqueued."""
         out = super().training_step(batch, batch_idx)
+        if self.lt_knn is not None:
+            labelled = batch[2] != -1
+            self.lt_knn(train_features=out["feats"][0][labelled], train_targets=batch[2][labelled])
         targets = gather(batch[2])
         q1, q2 = (gather(z) for z in out["z"][:2])
         k1, k2 = (gather(z) for z in out["momentum_z"][:2])
@@ -116,3 +136,14 @@ class SCL(BaseMomentumMethod):
             self.queue.enqueue(*self._pending_keys)
             self._pending_keys = None
         super().on_train_batch_end(outputs, batch, batch_idx)
+
+    def base_validation_step(self, X: torch.Tensor, targets: torch.Tensor) -> dict[str, Any]:
+        out = super().base_validation_step(X, targets)
+        if self.lt_knn is not None and not self.trainer.sanity_checking:
+            self.lt_knn(test_features=out["feats"], test_targets=targets)
+        return out
+
+    def on_validation_epoch_end(self) -> None:
+        super().on_validation_epoch_end()
+        if self.lt_knn is not None and not self.trainer.sanity_checking:
+            self.log_dict(self.lt_knn.compute_report(), sync_dist=True)
