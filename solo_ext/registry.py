@@ -8,6 +8,7 @@ import warnings
 # name -> "module:Class"; imported lazily so that registering costs only what is used.
 SOLO_EXT_METHODS: dict[str, str] = {
     "scl": "solo_ext.methods.scl:SCL",
+    "dscl": "solo_ext.methods.dscl:DSCL",
 }
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import METHOD_NAMES
+from conftest import METHOD_NAMES, eval_cfg
 
 from solo_ext import knn, register
 from solo_ext.host import METHODS, BaseMethod
@@ -25,9 +25,15 @@ def test_every_method_registered_into_host():
         assert issubclass(METHODS[name], BaseMethod)
 
 
+BACKBONES = {"resnet18": {}, "vit_tiny": {"img_size": 32, "patch_size": 8}}
+
+
+@pytest.mark.parametrize("backbone", sorted(BACKBONES))
 @pytest.mark.parametrize("method", METHOD_NAMES)
-def test_forward_outputs(method, make_cfg):
-    cfg = parse_cfg(make_cfg(method))
+def test_forward_outputs(method, backbone, make_cfg):
+    cfg = parse_cfg(
+        make_cfg(method, **{"backbone": {"name": backbone, "kwargs": BACKBONES[backbone]}})
+    )
     model = METHODS[method](cfg).eval()
     x = torch.randn(3, 3, 32, 32)
     out = model(x)
@@ -41,20 +47,23 @@ def test_forward_outputs(method, make_cfg):
     assert all(p.grad is None for p in model.backbone.parameters())
 
 
+@pytest.mark.parametrize("backbone", sorted(BACKBONES))
 @pytest.mark.parametrize("method", METHOD_NAMES)
-def test_fit_checkpoint_and_knn(method, make_cfg, tmp_path, capsys):
-    result = run(make_cfg(method))
+def test_fit_checkpoint_and_knn(method, backbone, make_cfg, tmp_path, capsys):
+    result = run(
+        make_cfg(method, **{"backbone": {"name": backbone, "kwargs": BACKBONES[backbone]}})
+    )
     run_dir = Path(result["run_dir"])
     assert run_dir.parent == tmp_path / "trained_models" / method
     ckpts = list(run_dir.glob(f"tiny-{method}-{run_dir.name}-ep=0.ckpt"))
     assert len(ckpts) == 1
     args = json.loads((run_dir / "args.json").read_text())
-    assert args["method"] == method and args["backbone"]["name"] == "resnet18"
+    assert args["method"] == method and args["backbone"]["name"] == backbone
     state = torch.load(ckpts[0], map_location="cpu", weights_only=False)["state_dict"]
     assert any(k.startswith("backbone.") for k in state)
     assert result["metrics"]["train_class_loss"] > 0
 
-    metrics = knn.run(["--pretrained_checkpoint_dir", str(run_dir), "--k", "3"])
+    metrics = knn.run(eval_cfg("knn", run_dir, k=3))
     assert 0 <= metrics["knn_acc1"] <= metrics["knn_acc5"] <= 100
     assert json.loads((run_dir / "metrics.json").read_text())["knn_acc1"] == metrics["knn_acc1"]
     assert "kNN (k=3" in capsys.readouterr().out
@@ -68,3 +77,22 @@ def test_fit_with_long_tail_sampler(sampler, make_cfg):
     assert cfg.data.sampler.name == sampler
     if sampler == "progressive":
         assert cfg.data.sampler.total_epochs == cfg.max_epochs  # filled from the run
+
+
+@pytest.mark.parametrize("method", METHOD_NAMES)
+def test_online_knn_logs_shot_groups(method, make_cfg):
+    cfg = make_cfg(
+        method,
+        **{
+            "knn_eval": {"enabled": True, "k": 3, "distance_func": "cosine"},
+            "data.many_threshold": 20,
+            "data.few_threshold": 8,
+            "checkpoint.enabled": False,
+            "limit_val_batches": 2,
+        },
+    )
+    metrics = run(cfg)["metrics"]
+    assert list(cfg.data.train_class_counts) == [24, 15, 9, 6]  # lt_counts(24, 4, 4)
+    for group in ("many", "medium", "few"):
+        assert 0 <= metrics[f"val_knn_acc1_{group}"] <= 100
+    assert 0 <= metrics["val_knn_acc1"] <= 100

@@ -1,5 +1,6 @@
 """Losses as pure functions on tensors (no Lightning, no config)."""
 
+from solo_ext.losses.dscl import dscl_loss
 from solo_ext.losses.scl import scl_loss
 
-__all__ = ["scl_loss"]
+__all__ = ["dscl_loss", "scl_loss"]

@@ -1,0 +1,54 @@
+"""``dscl``: decoupled supervised contrastive learning (Xuan & Zhang, AAAI 2024), PBSD off.
+
+The ``scl`` method with the DSCL loss (``solo_ext.losses.dscl``): the augmented view keeps the
+weight alpha whatever the class size, the same-class positives share 1 - alpha.
+
+Extra config (``method_kwargs``, besides those of ``scl``):
+    alpha (float | "scl"): weight of the augmented view in [0, 1]; "scl" gives SCL's weights.
+    beta (float): the official code's form, alpha = 1 / (1 + beta); give alpha or beta. When
+        neither is given, beta = 8 (the official main.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from omegaconf import DictConfig
+
+from solo_ext.config import ConfigError
+from solo_ext.losses.dscl import dscl_loss, resolve_alpha
+from solo_ext.methods.scl import SCL
+
+OFFICIAL_BETA = 8.0
+
+
+class DSCL(SCL):
+    METHOD_KWARGS: dict[str, Any] = {**SCL.METHOD_KWARGS, "alpha": None, "beta": None}
+
+    @classmethod
+    def check_method_kwargs(cls, cfg: DictConfig) -> None:
+        super().check_method_kwargs(cfg)
+        kw = cfg.method_kwargs
+        if kw.alpha is None and kw.beta is None:
+            kw.beta = OFFICIAL_BETA
+        try:
+            resolve_alpha(kw.alpha, kw.beta)
+        except ValueError as err:
+            raise ConfigError(f"method_kwargs.{err}") from None
+
+    def contrastive_loss(
+        self, q: torch.Tensor, k: torch.Tensor, labels: torch.Tensor, batch: Sequence[Any]
+    ) -> torch.Tensor:
+        kw = self.cfg.method_kwargs
+        return dscl_loss(
+            q,
+            k,
+            self.queue.keys,
+            labels,
+            self.queue.labels,
+            alpha=kw.alpha,
+            beta=kw.beta,
+            temperature=self.temperature,
+        )

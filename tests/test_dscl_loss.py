@@ -1,0 +1,149 @@
+"""The DSCL loss against a loop over the paper's equations 8-9, and the properties it proves."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from solo_ext.losses.dscl import dscl_loss
+from solo_ext.losses.scl import scl_loss
+
+
+def dscl_reference(q, k, queue, labels, queue_labels, alpha, t):
+    """Eq. 8-9, one anchor at a time in float64: alpha on k_i, (1 - alpha) / |P_i| on P_i."""
+    b = q.size(0)
+    total = 0.0
+    for i in range(b):
+        members = [(q[j].double(), labels[j].item(), "q") for j in range(b) if j != i]
+        members += [(k[j].double(), labels[j].item(), "k" if j == i else "o") for j in range(b)]
+        members += [
+            (queue[j].double(), queue_labels[j].item(), "o")
+            for j in range(queue.size(0))
+            if queue_labels[j].item() != -1
+        ]
+        anchor = q[i].double()
+        z = sum(math.exp(float(anchor @ c) / t) for c, _, _ in members)
+        log_p = [float(anchor @ c) / t - math.log(z) for c, _, _ in members]
+        aug = [lp for lp, (_, _, kind) in zip(log_p, members) if kind == "k"][0]
+        others = [
+            lp for lp, (_, y, kind) in zip(log_p, members) if kind != "k" and y == labels[i].item()
+        ]
+        a = (1 / (len(others) + 1) if alpha == "scl" else alpha) if others else 1.0
+        loss = -a * aug - ((1 - a) * sum(others) / len(others) if others else 0.0)
+        total += loss
+    return total / b
+
+
+def _unit(n, d, gen):
+    return F.normalize(torch.randn(n, d, generator=gen), dim=1)
+
+
+@pytest.mark.parametrize("b,k_size,d", [(4, 0, 8), (6, 12, 8), (8, 40, 16), (2, 3, 4)])
+@pytest.mark.parametrize("t", [0.07, 0.3])
+@pytest.mark.parametrize("alpha", [0.0, 0.2, 0.5, 1.0, "scl"])
+def test_matches_loop_reference(b, k_size, d, t, alpha):
+    gen = torch.Generator().manual_seed(7 * b + k_size)
+    q, k, queue = _unit(b, d, gen), _unit(b, d, gen), _unit(k_size, d, gen)
+    labels = torch.randint(0, 3, (b,), generator=gen)
+    queue_labels = torch.randint(-1, 3, (k_size,), generator=gen)
+    got = dscl_loss(q, k, queue, labels, queue_labels, alpha=alpha, temperature=t)
+    want = dscl_reference(q, k, queue, labels, queue_labels, alpha, t)
+    assert got.item() == pytest.approx(want, rel=1e-5, abs=1e-6)
+
+
+@pytest.mark.parametrize("beta", [0.0, 1.0, 6.0, 8.0])
+def test_beta_form_is_alpha_one_over_one_plus_beta(beta):
+    gen = torch.Generator().manual_seed(1)
+    q, k, queue = _unit(6, 8, gen), _unit(6, 8, gen), _unit(10, 8, gen)
+    labels, queue_labels = torch.tensor([0, 1, 0, 2, 1, 0]), torch.randint(0, 3, (10,))
+    by_beta = dscl_loss(q, k, queue, labels, queue_labels, beta=beta)
+    by_alpha = dscl_loss(q, k, queue, labels, queue_labels, alpha=1 / (1 + beta))
+    assert by_beta.item() == pytest.approx(by_alpha.item(), rel=1e-6)
+
+
+def test_alpha_scl_is_the_scl_loss():
+    gen = torch.Generator().manual_seed(2)
+    for _ in range(5):
+        q, k, queue = _unit(8, 16, gen), _unit(8, 16, gen), _unit(20, 16, gen)
+        labels = torch.randint(0, 4, (8,), generator=gen)
+        queue_labels = torch.randint(-1, 4, (20,), generator=gen)
+        d = dscl_loss(q, k, queue, labels, queue_labels, alpha="scl", temperature=0.1)
+        s = scl_loss(q, k, queue, labels, queue_labels, temperature=0.1)
+        assert d.item() == pytest.approx(s.item(), rel=1e-6)
+
+
+def _gradient_ratio(alpha, num_positives, gen, d=256, k_size=65536, t=0.5):
+    """|dL/ds_{k_i}| / |sum_{p in P_i} dL/ds_p| for one anchor at random initialisation.
+
+    The queue requires grad; every gradient through a member c is (dL/ds_c) * q / t, parallel
+    to q, so the norms are those of the logit gradients of the paper's eq. 10.
+    """
+    q, k = _unit(1, d, gen), _unit(1, d, gen).requires_grad_()
+    queue = _unit(k_size, d, gen).requires_grad_()
+    queue_labels = torch.ones(k_size, dtype=torch.long)
+    queue_labels[:num_positives] = 0
+    loss = dscl_loss(q, k, queue, torch.tensor([0]), queue_labels, alpha=alpha, temperature=t)
+    loss.backward()
+    through_aug = k.grad.norm()
+    through_positives = queue.grad[:num_positives].sum(dim=0).norm()
+    return (through_aug / through_positives).item()
+
+
+@pytest.mark.parametrize("alpha", [0.1, 0.3, 0.5])
+def test_gradient_ratio_is_alpha_over_one_minus_alpha_for_any_class_size(alpha):
+    gen = torch.Generator().manual_seed(3)
+    for num_positives in (4, 64, 512):
+        ratio = _gradient_ratio(alpha, num_positives, gen)
+        # p(c | q) ~ 1/K at random init: the ratio is (alpha - p) / (1 - alpha - |P| p), which
+        # is alpha / (1 - alpha) up to |P| / K (DSCL eq. 10; K = 65536, the official queue)
+        assert ratio == pytest.approx(alpha / (1 - alpha), rel=0.1), num_positives
+
+
+def test_scl_gradient_ratio_shrinks_with_class_size():
+    gen = torch.Generator().manual_seed(4)
+    for num_positives in (4, 64, 512):
+        assert _gradient_ratio("scl", num_positives, gen) == pytest.approx(
+            1 / num_positives, rel=0.1
+        )
+
+
+@pytest.mark.parametrize("alpha", [0.3, 0.6, "scl"])
+def test_optimum_puts_probability_alpha_on_the_augmented_view(alpha):
+    """Minimising over free embeddings drives p(k_i | q_i) to alpha (SCL: 1 / (|P_i| + 1))."""
+    torch.manual_seed(0)
+    num_positives, num_negatives, d, t = 9, 20, 16, 0.1
+    raw = torch.randn(2 + num_positives + num_negatives, d, requires_grad=True)
+    queue_labels = torch.tensor([0] * num_positives + [1] * num_negatives)
+    opt = torch.optim.Adam([raw], lr=0.05)
+    for _ in range(600):
+        z = F.normalize(raw, dim=1)
+        loss = dscl_loss(
+            z[:1], z[1:2], z[2:], torch.tensor([0]), queue_labels, alpha=alpha, temperature=t
+        )
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    z = F.normalize(raw.detach(), dim=1)
+    p = F.softmax(z[0] @ z[1:].T / t, dim=0)
+    expected = 1 / (num_positives + 1) if alpha == "scl" else alpha
+    assert p[0].item() == pytest.approx(expected, abs=0.03)
+    assert p[1 + num_positives :].sum().item() < 0.02  # negatives pushed out
+
+
+@pytest.mark.parametrize(
+    "kwargs,message",
+    [
+        ({"alpha": 1.5}, "alpha=1.5"),
+        ({"beta": -1.0}, "beta=-1.0"),
+        ({"alpha": 0.5, "beta": 1.0}, "not both"),
+        ({}, "alpha=None, beta=None"),
+        ({"alpha": 0.5, "temperature": 0.0}, "temperature=0.0"),
+    ],
+)
+def test_bad_arguments(kwargs, message):
+    q = F.normalize(torch.randn(2, 4), dim=1)
+    with pytest.raises(ValueError, match=message):
+        dscl_loss(q, q, q[:0], torch.tensor([0, 1]), torch.tensor([], dtype=torch.long), **kwargs)
