@@ -17,7 +17,7 @@ import pytest
 import yaml
 from conftest import AUGMENTATION, METHOD_NAMES, eval_cfg
 
-from solo_ext.data.synthetic import SyntheticLT
+from solo_ext import make_lt
 from solo_ext.host import HOST
 
 if HOST != "solo":
@@ -55,14 +55,23 @@ QUIET = {
 
 @pytest.fixture(scope="module")
 def image_folder(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("custom")
-    for split in ("train", "val"):
-        # 6 classes: solo-learn's linear model computes acc@5 and needs at least 5
-        data = SyntheticLT(split, num_classes=6, n_max=24, imbalance_factor=4, val_per_class=4)
-        for i, (image, label) in enumerate(data):
-            folder = root / split / f"class{label}"
-            folder.mkdir(parents=True, exist_ok=True)
-            image.save(folder / f"{i}.png")
+    """A long-tailed subset written by solo-ext-make-lt, which solo-learn reads as ``custom``.
+
+    6 classes: solo-learn's linear model computes acc@5 and needs at least 5.
+    """
+    root = tmp_path_factory.mktemp("custom") / "synthetic-lt"
+    make_lt.run(
+        [
+            "--dataset",
+            "synthetic_lt",
+            "--num_classes",
+            "6",
+            "--imbalance_factor",
+            "4",
+            "--out",
+            str(root),
+        ]
+    )
     return root
 
 
@@ -151,4 +160,4 @@ def test_main_pretrain_then_linear_and_knn(method, image_folder, tmp_path):
     from solo_ext import knn
 
     metrics = knn.run(eval_cfg("knn", run_dir, k=3))
-    assert 0 <= metrics["knn_acc1"] <= 100 and metrics["num_val"] == 24
+    assert 0 <= metrics["knn_acc1"] <= 100 and metrics["num_val"] == 6 * 20
