@@ -5,7 +5,11 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import hydra
+from omegaconf import DictConfig
 
 from solo_ext.config import ConfigError
 from solo_ext.host import HostError
@@ -48,3 +52,21 @@ def one_line_errors(prog: str) -> Iterator[None]:
         message = str(err).splitlines()[0] if str(err) else type(err).__name__
         print(f"{prog}: error: {message}", file=sys.stderr)
         raise SystemExit(2) from None
+
+
+def hydra_entry(prog: str, run: Callable[[DictConfig], Any], config_name: str | None = None):
+    """The ``main()`` of a Hydra entry point: quiet Hydra, one-line errors, and the packaged
+    defaults ``solo_ext/conf/<config_name>.yaml`` (none for solo-learn-style pretraining)."""
+
+    @hydra.main(
+        version_base="1.2", config_path="conf" if config_name else None, config_name=config_name
+    )
+    def task(cfg: DictConfig) -> None:
+        with one_line_errors(prog):
+            run(cfg)
+
+    def main() -> None:
+        sys.argv = hydra_argv(sys.argv)
+        task()
+
+    return main

@@ -11,16 +11,14 @@ per-class accuracy into ``knn_per_class.csv`` and its plot into ``knn_per_class.
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any
 
-import hydra
 import torch
 from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
-from solo_ext.cli import hydra_argv, one_line_errors
+from solo_ext.cli import hydra_entry
 from solo_ext.config import check_choice, check_range
 from solo_ext.eval.common import load_for_eval, report, split_features
 from solo_ext.eval.knn_classifier import DISTANCES, knn_predict
@@ -84,16 +82,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     )
 
 
-@hydra.main(version_base="1.2", config_path="conf", config_name="knn")
-def _hydra_main(cfg: DictConfig) -> None:
-    with one_line_errors("solo-ext-knn"):
-        run(cfg)
-
-
-def main() -> None:
-    sys.argv = hydra_argv(sys.argv)
-    _hydra_main()
-
+main = hydra_entry("solo-ext-knn", run, "knn")
 
 if __name__ == "__main__":
     main()

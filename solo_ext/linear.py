@@ -13,10 +13,8 @@ classifier with ``class_balanced``). Overall and Many / Medium / Few accuracy go
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
-import hydra
 import lightning.pytorch as pl
 import torch
 import torch.nn.functional as F
@@ -24,7 +22,7 @@ from omegaconf import DictConfig, OmegaConf
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from solo_ext.cli import hydra_argv, one_line_errors
+from solo_ext.cli import hydra_entry
 from solo_ext.config import ConfigError, check_range
 from solo_ext.data.samplers import build_sampler, check_sampler_cfg
 from solo_ext.eval.common import load_for_eval, report, split_features
@@ -127,16 +125,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     )
 
 
-@hydra.main(version_base="1.2", config_path="conf", config_name="linear")
-def _hydra_main(cfg: DictConfig) -> None:
-    with one_line_errors("solo-ext-linear"):
-        run(cfg)
-
-
-def main() -> None:
-    sys.argv = hydra_argv(sys.argv)
-    _hydra_main()
-
+main = hydra_entry("solo-ext-linear", run, "linear")
 
 if __name__ == "__main__":
     main()

@@ -9,12 +9,10 @@ in one line before any data is built or anything is written.
 from __future__ import annotations
 
 import inspect
-import sys
 import warnings
 from pathlib import Path
 from typing import Any
 
-import hydra
 import lightning.pytorch as pl
 import torch
 from lightning.pytorch.loggers import CSVLogger
@@ -22,7 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 from torch.utils.data import DataLoader
 
 from solo_ext.checkpoint import checkpoint_callbacks, new_run_id
-from solo_ext.cli import hydra_argv, one_line_errors
+from solo_ext.cli import hydra_entry
 from solo_ext.config import ConfigError, check_choice, require
 from solo_ext.data.datasets import (
     IndexedNCrop,
@@ -211,16 +209,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     return result
 
 
-@hydra.main(version_base="1.2", config_path=None, config_name=None)
-def _hydra_main(cfg: DictConfig) -> None:
-    with one_line_errors("solo-ext-pretrain"):
-        run(cfg)
-
-
-def main() -> None:
-    sys.argv = hydra_argv(sys.argv)
-    _hydra_main()
-
+main = hydra_entry("solo-ext-pretrain", run)
 
 if __name__ == "__main__":
     main()
