@@ -9,6 +9,7 @@ import warnings
 SOLO_EXT_METHODS: dict[str, str] = {
     "scl": "solo_ext.methods.scl:SCL",
     "dscl": "solo_ext.methods.dscl:DSCL",
+    "pbsd": "solo_ext.methods.pbsd:PBSD",
 }
 
 

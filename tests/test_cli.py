@@ -55,14 +55,14 @@ def pretrained_run(tmp_path_factory) -> Path:
             "--config-path",
             "scripts/pretrain/synthetic-lt",
             "--config-name",
-            "scl.yaml",
+            "pbsd.yaml",
             *TINY,
             f"checkpoint.dir={out}",
         ],
         cwd=ROOT,
     )
     assert "kNN (k=20, cosine) on synthetic_lt val: acc@1" in proc.stdout and "few" in proc.stdout
-    (run_dir,) = (out / "scl").iterdir()
+    (run_dir,) = (out / "pbsd").iterdir()
     return run_dir
 
 
@@ -70,7 +70,7 @@ def test_main_job_layout(pretrained_run):
     names = sorted(p.name for p in pretrained_run.iterdir())
     for name in ("args.json", "metrics.json", "knn_per_class.csv", "knn_per_class.png"):
         assert name in names
-    assert f"scl-synthetic-lt-{pretrained_run.name}-ep=0.ckpt" in names
+    assert f"pbsd-synthetic-lt-{pretrained_run.name}-ep=0.ckpt" in names
     metrics = json.loads((pretrained_run / "metrics.json").read_text())
     assert 0 <= metrics["knn_acc1"] <= 100 and metrics["num_val"] == 16
     assert metrics["knn_num_many"] + metrics["knn_num_medium"] + metrics["knn_num_few"] == 4

@@ -37,6 +37,11 @@ def _data_overrides(dataset: str, root: Path) -> list[str]:
         for name in (train_file, val_file):
             (root / name).write_text("train/a/0.jpg 0\n")
         return [f"data.train_path={root}"]
+    if dataset in ("custom", "custom_lt"):
+        for split in ("train", "val"):
+            for c in range(100):
+                (root / split / f"class{c:03d}").mkdir(parents=True)
+        return [f"data.train_path={root / 'train'}", f"data.val_path={root / 'val'}"]
     return []
 
 

@@ -25,6 +25,7 @@ OFFICIAL_BETA = 8.0
 
 
 class DSCL(SCL):
+    LOSS_NAME = "dscl"
     METHOD_KWARGS: dict[str, Any] = {**SCL.METHOD_KWARGS, "alpha": None, "beta": None}
 
     @classmethod

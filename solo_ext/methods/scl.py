@@ -41,6 +41,7 @@ def long_tail_knn(cfg: DictConfig) -> LongTailKNN | None:
 
 
 class SCL(BaseMomentumMethod):
+    LOSS_NAME = "scl"  # logged as train_<LOSS_NAME>_loss
     METHOD_KWARGS: dict[str, Any] = {
         "proj_hidden_dim": 2048,
         "proj_output_dim": 128,
@@ -126,10 +127,17 @@ class SCL(BaseMomentumMethod):
             self.contrastive_loss(q1, k2, targets, batch)
             + self.contrastive_loss(q2, k1, targets, batch)
         ) / 2
-        self.log(f"train_{self.cfg.method}_loss", loss, on_epoch=True, sync_dist=True)
+        self.log(f"train_{self.LOSS_NAME}_loss", loss, on_epoch=True, sync_dist=True)
+        extra = self.auxiliary_loss(out, batch)
+        if extra is not None:
+            loss = loss + extra
         # the queue is read by the backward pass: it is written after it, in on_train_batch_end
         self._pending_keys = (torch.cat([k1, k2]), torch.cat([targets, targets]))
         return loss + out["loss"]
+
+    def auxiliary_loss(self, out: dict[str, Any], batch: Sequence[Any]) -> torch.Tensor | None:
+        """A further weighted loss of a subclass (PBSD), given the step's outputs (per crop)."""
+        return None
 
     def on_train_batch_end(self, outputs, batch, batch_idx: int) -> None:
         if self._pending_keys is not None:

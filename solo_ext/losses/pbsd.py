@@ -1,0 +1,57 @@
+"""Patch-based self-distillation (PBSD; Xuan & Zhang, AAAI 2024, eq. 11-14).
+
+For box j of image i, the teacher c_i[j] (the query encoder's feature map ROI-pooled at the box,
+through the projector) and the student s_i[j] (the box cut from the image, through the query
+encoder and projector) are compared on the same set, the key k_i of the image and the queue:
+
+    p_t = softmax([c . k_i, c . M] / t)   (a target: no gradient)
+    L = -sum p_t log softmax([s . k_i, s . M] / t)
+
+averaged over boxes and images (M: the filled queue entries).
+"""
+
+from __future__ import annotations
+
+import torch
+
+EMPTY = -1
+
+
+def pbsd_loss(
+    student: torch.Tensor,
+    teacher: torch.Tensor,
+    keys: torch.Tensor,
+    queue: torch.Tensor,
+    queue_labels: torch.Tensor,
+    temperature: float = 0.07,
+) -> torch.Tensor:
+    """Mean cross-entropy from the teacher's to the student's distribution over [k_i, queue].
+
+    Args:
+        student: [B * L, D] normalised student embeddings (box-major within each image).
+        teacher: [B * L, D] normalised teacher embeddings; no gradient flows into them.
+        keys: [B, D] normalised keys k_i of the images; box j of image i uses k_i.
+        queue: [K, D] normalised queue; queue_labels: [K], ``-1`` marks an empty slot.
+    """
+    if temperature <= 0:
+        raise ValueError(f"temperature={temperature}: must be > 0")
+    if student.shape != teacher.shape or student.size(0) % keys.size(0):
+        raise ValueError(
+            f"student {tuple(student.shape)}, teacher {tuple(teacher.shape)}, keys "
+            f"{tuple(keys.shape)}: need equal [B * L, D] and L boxes per key"
+        )
+    boxes = student.size(0) // keys.size(0)
+    with torch.autocast(device_type=student.device.type, enabled=False):
+        keys = keys.float().repeat_interleave(boxes, dim=0)
+        members = queue.float()
+        empty = (queue_labels == EMPTY)[None, :]
+
+        def logits(z: torch.Tensor) -> torch.Tensor:
+            z = z.float()
+            out = torch.cat([(z * keys).sum(1, keepdim=True), z @ members.T], dim=1)
+            return torch.cat([out[:, :1], out[:, 1:].masked_fill(empty, float("-inf"))], 1)
+
+        with torch.no_grad():
+            target = torch.softmax(logits(teacher.detach()) / temperature, dim=1)
+        log_student = torch.log_softmax(logits(student) / temperature, dim=1)
+        return -(target * log_student.masked_fill(target == 0, 0.0)).sum(dim=1).mean()

@@ -1,0 +1,81 @@
+"""Random boxes inside a crop, ROI pooling of a feature map at them, and batched crops of them.
+
+Everything is batched and device-side (torchvision's ``roi_align``), so PBSD works with any
+loader, solo-learn's DALI loaders included.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torchvision.ops import roi_align
+
+
+def sample_boxes(
+    batch: int,
+    num_boxes: int,
+    height: int,
+    width: int,
+    scale: tuple[float, float] = (0.05, 0.6),
+    ratio: tuple[float, float] = (3 / 4, 4 / 3),
+    device: torch.device | str = "cpu",
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:
+    """Boxes [batch, num_boxes, 4] as (x1, y1, x2, y2) in pixels, inside a height x width crop.
+
+    Area ~ U(scale) of the crop, aspect ratio log-uniform in ``ratio`` (RandomResizedCrop's
+    law), position uniform among those that keep the box inside.
+    """
+    shape = (batch, num_boxes)
+    u = torch.rand((4, *shape), generator=generator, device=device)
+    area = (scale[0] + (scale[1] - scale[0]) * u[0]) * height * width
+    log_r = math.log(ratio[0]) + (math.log(ratio[1]) - math.log(ratio[0])) * u[1]
+    aspect = torch.exp(log_r)
+    w = torch.sqrt(area * aspect).clamp(1, width)
+    h = torch.sqrt(area / aspect).clamp(1, height)
+    x1 = (width - w) * u[2]
+    y1 = (height - h) * u[3]
+    return torch.stack([x1, y1, x1 + w, y1 + h], dim=-1)
+
+
+def _rois(boxes: torch.Tensor) -> torch.Tensor:
+    """[B, L, 4] -> roi_align's [B * L, 5] with the batch index first."""
+    b, n, _ = boxes.shape
+    idx = torch.arange(b, device=boxes.device, dtype=boxes.dtype).repeat_interleave(n)
+    return torch.cat([idx[:, None], boxes.reshape(b * n, 4)], dim=1)
+
+
+def roi_pool(
+    fmap: torch.Tensor, boxes: torch.Tensor, image_size: int, bins: int = 2
+) -> torch.Tensor:
+    """Mean of the ``bins x bins`` ROI-align of the map at each box: [B * L, C].
+
+    ``boxes`` are in pixels of the image the map was computed from (``image_size`` wide).
+    """
+    scale = fmap.shape[-1] / image_size
+    pooled = roi_align(
+        fmap.float(),
+        _rois(boxes.float()),
+        output_size=bins,
+        spatial_scale=scale,
+        sampling_ratio=2,
+        aligned=True,
+    )
+    return pooled.mean(dim=(2, 3))
+
+
+def crop_boxes(images: torch.Tensor, boxes: torch.Tensor, size: int) -> torch.Tensor:
+    """The boxes cut from images [B, 3, H, W] and resized to size x size: [B * L, 3, s, s].
+
+    Bilinear sampling at the output pixel centres (one sample per pixel), which for boxes at
+    least ``size`` wide equals cropping then ``interpolate(mode="bilinear")``.
+    """
+    return roi_align(
+        images,
+        _rois(boxes.to(images.dtype)),
+        output_size=size,
+        spatial_scale=1.0,
+        sampling_ratio=1,
+        aligned=True,
+    )

@@ -1,0 +1,120 @@
+"""PBSD: its loss against a loop, the teacher without gradient, ROI pooling, boxes and cuts."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from solo_ext.host.standalone.backbones import build_backbone
+from solo_ext.losses.pbsd import pbsd_loss
+from solo_ext.modules.feature_maps import feature_map
+from solo_ext.modules.patches import crop_boxes, roi_pool, sample_boxes
+from solo_ext.pretrain import run
+
+
+def pbsd_reference(student, teacher, keys, queue, queue_labels, t):
+    """Eq. 11-14 per box in float64: CE(softmax(teacher set / t), softmax(student set / t))."""
+    boxes = student.size(0) // keys.size(0)
+    members = [queue[j].double() for j in range(queue.size(0)) if queue_labels[j] != -1]
+    total = 0.0
+    for n in range(student.size(0)):
+        key = keys[n // boxes].double()
+        s, c = student[n].double(), teacher[n].double()
+        t_logits = [float(c @ key) / t] + [float(c @ m) / t for m in members]
+        s_logits = [float(s @ key) / t] + [float(s @ m) / t for m in members]
+        t_z = sum(math.exp(v) for v in t_logits)
+        s_lse = math.log(sum(math.exp(v) for v in s_logits))
+        total += -sum(math.exp(tv) / t_z * (sv - s_lse) for tv, sv in zip(t_logits, s_logits))
+    return total / student.size(0)
+
+
+def _unit(n, d, gen):
+    return F.normalize(torch.randn(n, d, generator=gen), dim=1)
+
+
+@pytest.mark.parametrize("b,boxes,k_size,t", [(2, 5, 8, 0.07), (3, 1, 0, 0.2), (4, 3, 20, 0.5)])
+def test_loss_matches_loop_and_teacher_gets_no_gradient(b, boxes, k_size, t):
+    gen = torch.Generator().manual_seed(b + k_size)
+    student = _unit(b * boxes, 16, gen).requires_grad_()
+    teacher = _unit(b * boxes, 16, gen).requires_grad_()
+    keys, queue = _unit(b, 16, gen), _unit(k_size, 16, gen)
+    queue_labels = torch.randint(-1, 3, (k_size,), generator=gen)
+    loss = pbsd_loss(student, teacher, keys, queue, queue_labels, t)
+    assert loss.item() == pytest.approx(
+        pbsd_reference(student, teacher, keys, queue, queue_labels, t), rel=1e-5
+    )
+    loss.backward()
+    assert teacher.grad is None
+    # with an empty queue the set is k_i alone: the loss is 0 and so is the student's gradient
+    assert (student.grad.abs().sum() > 0) == (queue_labels != -1).any()
+
+
+def test_loss_is_minimal_when_student_equals_teacher():
+    gen = torch.Generator().manual_seed(0)
+    teacher, keys, queue = _unit(6, 8, gen), _unit(2, 8, gen), _unit(10, 8, gen)
+    labels = torch.zeros(10, dtype=torch.long)
+    at_teacher = pbsd_loss(teacher, teacher, keys, queue, labels, 0.2)
+    for _ in range(5):  # cross-entropy >= entropy, with equality at the teacher
+        other = _unit(6, 8, gen)
+        assert pbsd_loss(other, teacher, keys, queue, labels, 0.2) > at_teacher
+
+
+def test_roi_pool_is_the_mean_of_the_box_cells():
+    fmap = torch.randn(2, 3, 8, 8)  # a 32 px image seen at stride 4
+    boxes = torch.tensor([[[8.0, 8.0, 24.0, 24.0]], [[0.0, 16.0, 16.0, 32.0]]])
+    pooled = roi_pool(fmap, boxes, image_size=32)
+    # box / 4 in map cells: [2, 6) x [2, 6) and x [0, 4), y [4, 8); each 2x2 bin is sampled
+    # twice per axis, one cell apart, exactly at the cell centres
+    torch.testing.assert_close(pooled[0], fmap[0, :, 2:6, 2:6].mean(dim=(1, 2)))
+    torch.testing.assert_close(pooled[1], fmap[1, :, 4:8, 0:4].mean(dim=(1, 2)))
+
+
+def test_boxes_inside_the_crop_with_the_asked_area_and_ratio():
+    gen = torch.Generator().manual_seed(0)
+    boxes = sample_boxes(64, 5, 48, 40, (0.05, 0.6), (3 / 4, 4 / 3), generator=gen)
+    x1, y1, x2, y2 = boxes.unbind(-1)
+    assert boxes.shape == (64, 5, 4)
+    assert (x1 >= 0).all() and (y1 >= 0).all() and (x2 <= 40).all() and (y2 <= 48).all()
+    area = (x2 - x1) * (y2 - y1) / (48 * 40)
+    ratio = (x2 - x1) / (y2 - y1)
+    assert area.min() >= 0.05 - 1e-4 and area.max() <= 0.6 + 1e-4
+    assert ratio.min() >= 3 / 4 - 1e-4 and ratio.max() <= 4 / 3 + 1e-4
+
+
+def test_cut_crops_equal_crop_then_resize():
+    images = torch.randn(2, 3, 32, 32)
+    boxes = torch.tensor([[[4.0, 2.0, 20.0, 26.0]], [[0.0, 0.0, 32.0, 32.0]]])
+    crops = crop_boxes(images, boxes, size=8)
+    for i, (x1, y1, x2, y2) in enumerate(boxes[:, 0].long().tolist()):
+        direct = F.interpolate(
+            images[i : i + 1, :, y1:y2, x1:x2], size=(8, 8), mode="bilinear", align_corners=False
+        )
+        torch.testing.assert_close(crops[i : i + 1], direct, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "name,kwargs,grid",
+    [
+        ("resnet18", {}, 1),
+        ("resnet32", {}, 8),
+        ("vit_tiny", {"img_size": 32, "patch_size": 8, "dynamic_img_size": True}, 4),
+    ],
+)
+def test_feature_map_and_pooled_features(name, kwargs, grid):
+    backbone = build_backbone(name, "pbsd", "synthetic_lt", kwargs).eval()
+    x = torch.randn(2, 3, 32, 32)
+    fmap, pooled = feature_map(backbone, x)
+    assert fmap.shape[-2:] == (grid, grid) and fmap.shape[:2] == pooled.shape
+    torch.testing.assert_close(pooled, backbone(x), rtol=1e-4, atol=1e-5)
+
+
+def test_pbsd_weight_zero_trains_like_dscl(make_cfg):
+    # two steps: the queue is empty at the first, so PBSD only has a set to compare at the second
+    common = {"checkpoint.enabled": False, "limit_train_batches": 2, "limit_val_batches": 0}
+    dscl = run(make_cfg("dscl", **common))["metrics"]
+    pbsd = run(make_cfg("pbsd", **common, **{"method_kwargs.pbsd_weight": 0.0}))["metrics"]
+    assert pbsd["train_dscl_loss"] == pytest.approx(dscl["train_dscl_loss"], rel=1e-5)
+    assert pbsd["train_pbsd_loss"] > 0  # computed (and logged) even at weight 0
