@@ -1,6 +1,6 @@
 """``solo-ext-pretrain``: drop-in for solo-learn's ``main_pretrain.py`` (same configs, overrides).
 
-    solo-ext-pretrain --config-path scripts/pretrain/synthetic-lt --config-name scl.yaml
+    solo-ext-pretrain --config-path scripts/pretrain/synthetic-lt --config-name pbsd.yaml
 
 Works on either host and on CPU (``accelerator=cpu devices=1``). Every config error is reported
 in one line before any data is built or anything is written.
@@ -122,9 +122,9 @@ def build_loaders(cfg: DictConfig) -> tuple[DataLoader, DataLoader | None]:
     train_set = build_dataset(data, "train", transform)
     train = IndexedNCrop(train_set, no_labels=data.no_labels)
     workers = data.num_workers
-    sampler_args = check_sampler_cfg(cfg, total_epochs=cfg.max_epochs)
     sampler = None
-    if sampler_args is not None:
+    if omegaconf_select(cfg, "data.sampler") is not None:  # checked by parse_cfg
+        sampler_args = OmegaConf.to_container(cfg.data.sampler)
         sampler = build_sampler(sampler_args.pop("name"), train_set.targets, **sampler_args)
     train_loader = DataLoader(
         train,

@@ -1,0 +1,78 @@
+"""Summarises pretraining runs into a markdown table (mean +- std over seeds) and a plot.
+
+    python zoo/summarize.py <checkpoint dir> [--plot zoo/synthetic-lt.png]
+
+Reads ``<dir>/<method>/<run id>/metrics.json`` and ``args.json`` of every run below the
+directory, groups the runs by method, and prints kNN top-1 overall / many / medium / few.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from collections import defaultdict
+from pathlib import Path
+
+KEYS = ("knn_acc1", "knn_acc1_many", "knn_acc1_medium", "knn_acc1_few")
+
+
+def collect(root: Path) -> dict[str, list[dict]]:
+    runs: dict[str, list[dict]] = defaultdict(list)
+    for metrics_path in sorted(root.glob("*/*/metrics.json")):
+        args = json.loads((metrics_path.parent / "args.json").read_text())
+        metrics = json.loads(metrics_path.read_text())
+        runs[args["method"]].append({"seed": args.get("seed"), **metrics})
+    return runs
+
+
+def table(runs: dict[str, list[dict]]) -> str:
+    lines = ["| method | seeds | kNN top-1 | many | medium | few |", "|---|---|---|---|---|---|"]
+    for method, items in runs.items():
+        cells = []
+        for key in KEYS:
+            values = [r[key] for r in items if r.get(key) is not None]
+            std = statistics.stdev(values) if len(values) > 1 else 0.0
+            cells.append(f"{statistics.mean(values):.1f} ± {std:.1f}")
+        seeds = ", ".join(str(r["seed"]) for r in items)
+        lines.append(f"| `{method}` | {seeds} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def plot(runs: dict[str, list[dict]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    groups = ["overall", "many", "medium", "few"]
+    fig, ax = plt.subplots(figsize=(7, 4))
+    width = 0.8 / max(len(runs), 1)
+    for i, (method, items) in enumerate(runs.items()):
+        means = [statistics.mean(r[k] for r in items) for k in KEYS]
+        stds = [statistics.stdev([r[k] for r in items]) if len(items) > 1 else 0 for k in KEYS]
+        xs = [g + (i - (len(runs) - 1) / 2) * width for g in range(len(groups))]
+        ax.bar(xs, means, width, yerr=stds, capsize=3, label=method)
+    ax.set_xticks(range(len(groups)), groups)
+    ax.set_ylabel("kNN top-1 (%)")
+    ax.set_ylim(0, 100)
+    ax.legend()
+    ax.set_title("synthetic_lt, equal budget, mean ± std over seeds")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("root", type=Path)
+    p.add_argument("--plot", type=Path)
+    args = p.parse_args()
+    runs = collect(args.root)
+    print(table(runs))
+    if args.plot:
+        plot(runs, args.plot)
+
+
+if __name__ == "__main__":
+    main()
