@@ -27,9 +27,14 @@ class LabeledQueue(nn.Module):
         self.register_buffer("ptr", torch.zeros((), dtype=torch.long))
 
     @torch.no_grad()
-    def enqueue(self, keys: torch.Tensor, labels: torch.Tensor) -> None:
-        """Writes keys [n, dim] and labels [n]; when n > size only the last ``size`` are kept."""
+    def enqueue(self, keys: torch.Tensor, labels: torch.Tensor | None = None) -> None:
+        """Writes keys [n, dim] and labels [n]; when n > size only the last ``size`` are kept.
+
+        Without labels (a plain MoCo queue) the slots are marked filled with label 0.
+        """
         n = keys.size(0)
+        if labels is None:
+            labels = torch.zeros(n, dtype=torch.long, device=keys.device)
         if n > self.size:
             keys, labels = keys[-self.size :], labels[-self.size :]
             self.ptr += n - self.size
