@@ -152,7 +152,7 @@ def build_loaders(cfg: DictConfig) -> tuple[DataLoader, DataLoader | None]:
 
 
 def run(cfg: DictConfig) -> dict[str, Any]:
-    """Pretrains; returns the run directory and the final metrics."""
+    """Pretrains; returns the run directory, the final metrics and the trained model."""
     cfg = parse_cfg(cfg)
     pl.seed_everything(cfg.seed, workers=True)
     train_loader, val_loader = build_loaders(cfg)
@@ -200,7 +200,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     trainer.fit(model, train_loader, val_loader, ckpt_path=cfg.resume_from_checkpoint)
 
     metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
-    result: dict[str, Any] = {"run_dir": str(run_dir), "metrics": metrics}
+    result: dict[str, Any] = {"run_dir": str(run_dir), "metrics": metrics, "model": model}
     if cfg.knn_eval.enabled and trainer.is_global_zero:
         from solo_ext.knn import evaluate_model
 

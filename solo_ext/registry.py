@@ -10,6 +10,7 @@ SOLO_EXT_METHODS: dict[str, str] = {
     "scl": "solo_ext.methods.scl:SCL",
     "dscl": "solo_ext.methods.dscl:DSCL",
     "pbsd": "solo_ext.methods.pbsd:PBSD",
+    "densecl": "solo_ext.methods.densecl:DenseCL",
 }
 
 

@@ -1,0 +1,147 @@
+"""``densecl``: dense contrastive learning (Wang et al., CVPR 2021), MoCo v2 + a dense term.
+
+The projector is DenseCL's global branch (avg-pool -> MLP); the dense branch is the same MLP
+applied at every location of the backbone's last map (1x1 conv - ReLU - 1x1 conv), optionally
+pooled to a ``grid_size`` x ``grid_size`` grid. Each large crop is the query once (symmetric).
+
+Extra config (``method_kwargs``):
+    proj_hidden_dim, proj_output_dim, queue_size: as ``scl`` (2048, 128, 65536); the dense
+        queue has the same size.
+    temperature (float): 0.2 (MoCo v2 / DenseCL).
+    lambda (float): weight of the dense term in [0, 1]. Default 0.5.
+    warmup_steps (int): optimiser steps with lambda = 0 first. Default 1000.
+    grid_size (int | None): pool the map to this grid (None keeps the backbone's).
+With ``lambda: 0`` this is the MoCo v2 baseline of the paper.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from omegaconf import DictConfig
+
+from solo_ext.config import check_range
+from solo_ext.host import gather, initialize_momentum_params
+from solo_ext.losses.densecl import dense_correspondence, densecl_loss
+from solo_ext.methods.base import MomentumQueueMethod
+from solo_ext.modules import LabeledQueue, build_mlp
+from solo_ext.modules.feature_maps import feature_map
+
+
+class DenseCL(MomentumQueueMethod):
+    METHOD_KWARGS: dict[str, Any] = {
+        **MomentumQueueMethod.METHOD_KWARGS,
+        "temperature": 0.2,
+        "lambda": 0.5,
+        "warmup_steps": 1000,
+        "grid_size": None,
+    }
+
+    def __init__(self, cfg: DictConfig):
+        super().__init__(cfg)
+        kw = cfg.method_kwargs
+        self.dense_projector, self.momentum_dense_projector = (
+            build_mlp(self.features_dim, kw.proj_hidden_dim, kw.proj_output_dim, batch_norm=False)
+            for _ in range(2)
+        )
+        initialize_momentum_params(self.dense_projector, self.momentum_dense_projector)
+        self.dense_queue = LabeledQueue(kw.queue_size, kw.proj_output_dim)
+
+    @classmethod
+    def check_method_kwargs(cls, cfg: DictConfig) -> None:
+        super().check_method_kwargs(cfg)
+        kw = cfg.method_kwargs
+        check_range("method_kwargs.lambda", kw["lambda"], 0, 1)
+        check_range("method_kwargs.warmup_steps", kw.warmup_steps, 0)
+        if kw.grid_size is not None:
+            check_range("method_kwargs.grid_size", kw.grid_size, 1)
+
+    @property
+    def learnable_params(self) -> list[dict[str, Any]]:
+        return super().learnable_params + [
+            {"name": "dense_projector", "params": self.dense_projector.parameters()}
+        ]
+
+    @property
+    def momentum_pairs(self) -> list[tuple[Any, Any]]:
+        return super().momentum_pairs + [(self.dense_projector, self.momentum_dense_projector)]
+
+    def _dense(self, backbone, dense_projector, X: torch.Tensor) -> dict[str, Any]:
+        """Pooled features, the backbone map [B, C, S] and the dense projections [B, D, S]."""
+        if not self.no_channel_last:
+            X = X.to(memory_format=torch.channels_last)
+        fmap, feats = feature_map(backbone, X)
+        grid = self.cfg.method_kwargs.grid_size
+        if grid is not None:
+            fmap = F.adaptive_avg_pool2d(fmap, grid)
+        fmap = fmap.flatten(2)
+        dense = dense_projector(fmap.transpose(1, 2)).transpose(1, 2)
+        return {"feats": feats, "fmap": fmap, "dense": dense}
+
+    def forward(self, X: torch.Tensor) -> dict[str, Any]:
+        if not self.training:
+            return super().forward(X)
+        out = self._dense(self.backbone, self.dense_projector, X)
+        out["logits"] = self.classifier(out["feats"].detach())
+        out["z"] = F.normalize(self.projector(out["feats"]), dim=-1)
+        out["dense"] = F.normalize(out["dense"], dim=1)
+        return out
+
+    @torch.no_grad()
+    def momentum_forward(self, X: torch.Tensor) -> dict[str, Any]:
+        if not self.training:
+            return super().momentum_forward(X)
+        out = self._dense(self.momentum_backbone, self.momentum_dense_projector, X)
+        out["z"] = F.normalize(self.momentum_projector(out["feats"]), dim=-1)
+        # the dense negatives: the global average of each key's dense output
+        out["dense_key"] = F.normalize(out["dense"].mean(dim=2), dim=1)
+        out["dense"] = F.normalize(out["dense"], dim=1)
+        return out
+
+    def current_lambda(self) -> float:
+        """0 during the first ``warmup_steps`` optimiser steps, then ``lambda``."""
+        kw = self.cfg.method_kwargs
+        return 0.0 if self.trainer.global_step < kw.warmup_steps else float(kw["lambda"])
+
+    def training_step(self, batch: Sequence[Any], batch_idx: int) -> torch.Tensor:
+        out = super().training_step(batch, batch_idx)
+        self.record_train_features(out, batch)
+        lam = self.current_lambda()
+        totals, global_terms, dense_terms = [], [], []
+        for qi, ki in ((0, 1), (1, 0)):
+            match = dense_correspondence(out["fmap"][qi], out["momentum_fmap"][ki])
+            total, global_term, dense_term = densecl_loss(
+                out["z"][qi],
+                out["momentum_z"][ki],
+                self.queue.keys,
+                out["dense"][qi],
+                out["momentum_dense"][ki],
+                self.dense_queue.keys,
+                match,
+                lam,
+                self.temperature,
+                self.queue.valid,
+                self.dense_queue.valid,
+            )
+            totals.append(total)
+            global_terms.append(global_term)
+            dense_terms.append(dense_term)
+        loss = sum(totals) / 2
+        self.log_dict(
+            {
+                "train_densecl_loss": loss,
+                "train_global_loss": sum(global_terms) / 2,
+                "train_dense_loss": sum(dense_terms) / 2,
+                "densecl_lambda": lam,
+            },
+            on_epoch=True,
+            sync_dist=True,
+        )
+        keys = torch.cat([gather(k) for k in out["momentum_z"][:2]])
+        dense_keys = torch.cat([gather(k) for k in out["momentum_dense_key"][:2]])
+        self.enqueue_after_step(self.queue, keys)
+        self.enqueue_after_step(self.dense_queue, dense_keys)
+        return loss + out["loss"]
