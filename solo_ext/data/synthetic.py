@@ -27,6 +27,13 @@ COLOURS: dict[str, tuple[float, float, float]] = {
     "magenta": (0.80, 0.20, 0.80),
 }
 SHAPES: tuple[str, ...] = ("disc", "square", "triangle", "ring", "cross", "stripes")
+# Per-pixel classes of ``SyntheticLT.label_maps``: background, the main object's shape, the
+# second object's shape (what a dense probe has to recognise at each location).
+PART_CLASSES: tuple[str, ...] = (
+    "background",
+    *(f"main-{shape}" for shape in SHAPES),
+    *(f"second-{shape}" for shape in SHAPES),
+)
 TEXTURES: tuple[str, ...] = ("solid", "checker", "dots")
 # Sizes of the value sets of the recipe fields, in ClassRecipe order.
 _FIELD_SIZES = (len(COLOURS), len(SHAPES), len(TEXTURES), len(COLOURS), len(SHAPES))
@@ -155,6 +162,7 @@ class SyntheticLT(torch.utils.data.Dataset):
         class_counts: Images per class in this split.
         train_class_counts: Images per class of the training split (also set on val).
         shot_groups: "many" / "medium" / "few" per class, from train_class_counts.
+        label_maps: [N, H, W] uint8, the part covering each pixel (index into PART_CLASSES).
         generation_seconds: Wall time spent rendering the split.
     """
 
@@ -204,7 +212,7 @@ class SyntheticLT(torch.utils.data.Dataset):
         entropy = [seed, _SPLIT_STREAM[split], num_classes, n_max, val_per_class, image_size]
         rng = np.random.default_rng(np.random.SeedSequence(entropy + [int(imbalance_factor * 1e6)]))
         start = time.perf_counter()
-        self.data = self._render(labels, rng)
+        self.data, self.label_maps = self._render(labels, rng)
         self.generation_seconds = time.perf_counter() - start
 
     def _render(self, labels: np.ndarray, rng: np.random.Generator) -> np.ndarray:
@@ -215,7 +223,7 @@ class SyntheticLT(torch.utils.data.Dataset):
             rng: The split's random stream.
 
         Returns:
-            [N, S, S, 3] uint8 images.
+            [N, S, S, 3] uint8 images and [N, S, S] uint8 label maps (``PART_CLASSES``).
         """
         n, s = len(labels), self.image_size
         codes = np.array(
@@ -247,6 +255,7 @@ class SyntheticLT(torch.utils.data.Dataset):
         grid = np.arange(s, dtype=np.float32) + 0.5
         yy, xx = np.meshgrid(grid, grid, indexing="ij")  # [S, S]
         out = np.empty((n, s, s, 3), dtype=np.uint8)
+        maps = np.zeros((n, s, s), dtype=np.uint8)
         for lo in range(0, n, _CHUNK):
             sl = slice(lo, min(lo + _CHUNK, n))
             m = sl.stop - sl.start
@@ -256,9 +265,9 @@ class SyntheticLT(torch.utils.data.Dataset):
             img = (bg0[sl, None, None] + ramp[..., None] * (bg1 - bg0)[sl, None, None]).astype(
                 np.float32
             )  # [m, S, S, 3]
-            for centre, radius, shape, colour, texture in (
-                (c1, r1, codes[:, 1], col1, codes[:, 2]),
-                (c2, r2, codes[:, 4], col2, None),
+            for centre, radius, shape, colour, texture, first_part in (
+                (c1, r1, codes[:, 1], col1, codes[:, 2], 1),
+                (c2, r2, codes[:, 4], col2, None, 1 + len(SHAPES)),
             ):
                 dx = xx - centre[sl, 0].astype(np.float32).reshape(m, 1, 1)
                 dy = yy - centre[sl, 1].astype(np.float32).reshape(m, 1, 1)
@@ -268,13 +277,17 @@ class SyntheticLT(torch.utils.data.Dataset):
                 if texture is not None:
                     paint = paint * _texture(texture[sl], dx, dy, rad)[..., None]
                 img = img * (1 - alpha) + paint * alpha
+                # the part that covers a pixel for the most part (drawn later wins, as in img)
+                covered = alpha[..., 0] > 0.5
+                part = (first_part + shape[sl]).astype(np.uint8).reshape(m, 1, 1)
+                maps[sl] = np.where(covered, part, maps[sl])
             # Per-image noise from per-image seeds keeps pixels independent of the chunk size.
             for k in range(m):
                 i = lo + k
                 noise = np.random.default_rng(noise_seeds[i]).standard_normal((s, s, 3))
                 img[k] += noise_std[i] * noise.astype(np.float32)
             out[sl] = np.round(np.clip(img, 0.0, 1.0) * 255).astype(np.uint8)
-        return out
+        return out, maps
 
     def __len__(self) -> int:
         return len(self.targets)
@@ -287,4 +300,12 @@ class SyntheticLT(torch.utils.data.Dataset):
         return img, self.targets[index]
 
 
-__all__ = ["COLOURS", "MAX_CLASSES", "SHAPES", "TEXTURES", "ClassRecipe", "SyntheticLT"]
+__all__ = [
+    "COLOURS",
+    "MAX_CLASSES",
+    "PART_CLASSES",
+    "SHAPES",
+    "TEXTURES",
+    "ClassRecipe",
+    "SyntheticLT",
+]
