@@ -15,23 +15,35 @@ from collections import defaultdict
 from pathlib import Path
 
 KEYS = ("knn_acc1", "knn_acc1_many", "knn_acc1_medium", "knn_acc1_few")
+HEADERS = ("kNN top-1", "many", "medium", "few")
+DENSE_KEYS = ("dense_miou", "dense_pixel_acc")
+DENSE_HEADERS = ("dense mIoU", "pixel acc")
 
 
 def collect(root: Path) -> dict[str, list[dict]]:
+    """Runs grouped by method (and DenseCL's lambda, which makes its baseline)."""
     runs: dict[str, list[dict]] = defaultdict(list)
-    for metrics_path in sorted(root.glob("*/*/metrics.json")):
+    for metrics_path in sorted(root.rglob("metrics.json")):
         args = json.loads((metrics_path.parent / "args.json").read_text())
         metrics = json.loads(metrics_path.read_text())
-        runs[args["method"]].append({"seed": args.get("seed"), **metrics})
+        name = args["method"]
+        if "lambda" in args.get("method_kwargs", {}):
+            name += f" (lambda {args['method_kwargs']['lambda']})"
+        runs[name].append({"seed": args.get("seed"), **metrics})
     return runs
 
 
 def table(runs: dict[str, list[dict]]) -> str:
-    lines = ["| method | seeds | kNN top-1 | many | medium | few |", "|---|---|---|---|---|---|"]
+    dense = any(DENSE_KEYS[0] in r for items in runs.values() for r in items)
+    keys, headers = (KEYS + DENSE_KEYS, HEADERS + DENSE_HEADERS) if dense else (KEYS, HEADERS)
+    lines = ["| method | seeds | " + " | ".join(headers) + " |", "|---" * (len(keys) + 2) + "|"]
     for method, items in runs.items():
         cells = []
-        for key in KEYS:
+        for key in keys:
             values = [r[key] for r in items if r.get(key) is not None]
+            if not values:
+                cells.append("n/a")
+                continue
             std = statistics.stdev(values) if len(values) > 1 else 0.0
             cells.append(f"{statistics.mean(values):.1f} ± {std:.1f}")
         seeds = ", ".join(str(r["seed"]) for r in items)
@@ -57,7 +69,7 @@ def plot(runs: dict[str, list[dict]], path: Path) -> None:
     ax.set_ylabel("kNN top-1 (%)")
     ax.set_ylim(0, 100)
     ax.legend()
-    ax.set_title("synthetic_lt, equal budget, mean ± std over seeds")
+    ax.set_title("kNN top-1 on synthetic_lt, equal budget, mean ± std over seeds")
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
