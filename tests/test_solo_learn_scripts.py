@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import AUGMENTATION, METHOD_NAMES, eval_cfg
+from conftest import METHOD_NAMES, eval_cfg, tiny_cfg
+from omegaconf import OmegaConf
 
 from solo_ext import make_lt
 from solo_ext.host import HOST
@@ -107,34 +108,16 @@ def test_main_pretrain_then_linear_and_knn(method, image_folder, tmp_path):
         "format": "image_folder",
         "num_workers": 0,
     }
-    _solo(
-        "main_pretrain.py",
-        {
-            "name": f"solo-{method}",
-            "method": method,
-            "backbone": {"name": "resnet18"},
-            "method_kwargs": {"proj_hidden_dim": 32, "proj_output_dim": 16, "queue_size": 64},
-            "data": data,
-            "augmentations": [AUGMENTATION],
-            "optimizer": {
-                "name": "sgd",
-                "batch_size": 8,
-                "lr": 0.1,
-                "classifier_lr": 0.1,
-                "weight_decay": 1e-5,
-            },
-            "scheduler": {"name": "warmup_cosine", "warmup_epochs": 0},
-            "checkpoint": {
-                "enabled": True,
-                "dir": str(tmp_path / "trained_models"),
-                "frequency": 1,
-            },
-            "auto_resume": {"enabled": False},
-            "wandb": {"enabled": False},
-            **TRAINER,
-        },
-        tmp_path,
+    # the suite's tiny config, in solo-learn's form: its data, trainer and resume keys
+    cfg = OmegaConf.to_container(tiny_cfg(method, tmp_path))
+    cfg.update(
+        name=f"solo-{method}",
+        data=data,
+        auto_resume={"enabled": False},
+        wandb={"enabled": False},
+        **TRAINER,
     )
+    _solo("main_pretrain.py", cfg, tmp_path)
     (run_dir,) = (tmp_path / "trained_models" / method).iterdir()
     (ckpt,) = run_dir.glob("*.ckpt")
     assert json.loads((run_dir / "args.json").read_text())["method"] == method
