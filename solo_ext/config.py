@@ -59,16 +59,17 @@ def check_range(
     low: float | None = None,
     high: float | None = None,
     low_open: bool = False,
+    high_open: bool = False,
 ) -> None:
-    """Checks ``low <= value <= high`` (``low < value`` with ``low_open``)."""
+    """Checks ``low <= value <= high`` (strict with ``low_open`` / ``high_open``)."""
     bad = not isinstance(value, (int, float)) or isinstance(value, bool)
     if not bad and low is not None:
         bad = value <= low if low_open else value < low
     if not bad and high is not None:
-        bad = value > high
+        bad = value >= high if high_open else value > high
     if bad:
         lo = "" if low is None else (f"> {low}" if low_open else f">= {low}")
-        hi = "" if high is None else f"<= {high}"
+        hi = "" if high is None else (f"< {high}" if high_open else f"<= {high}")
         raise ConfigError(
             f"{key}={value!r}: must be a number {' and '.join(filter(None, [lo, hi]))}"
         )

@@ -49,14 +49,20 @@ class MomentumQueueMethod(BaseMomentumMethod):
         super().__init__(cfg)
         kw = cfg.method_kwargs
         self.temperature: float = kw.temperature
-        self.projector, self.momentum_projector = (
-            build_mlp(self.features_dim, kw.proj_hidden_dim, kw.proj_output_dim, batch_norm=False)
-            for _ in range(2)
-        )
+        self.projector, self.momentum_projector = (self.build_projector(kw) for _ in range(2))
         initialize_momentum_params(self.projector, self.momentum_projector)
-        self.queue = LabeledQueue(kw.queue_size, kw.proj_output_dim)
-        self._pending: list[tuple[LabeledQueue, torch.Tensor, torch.Tensor | None]] = []
+        self.queue = self.build_queue(kw)
+        self._pending: list[tuple[LabeledQueue, tuple[torch.Tensor | None, ...]]] = []
         self.lt_knn = long_tail_knn(cfg)
+
+    def build_projector(self, kw: DictConfig) -> torch.nn.Module:
+        """The projector (and, called again, its momentum copy): MoCo v2's 2-layer MLP."""
+        return build_mlp(
+            self.features_dim, kw.proj_hidden_dim, kw.proj_output_dim, batch_norm=False
+        )
+
+    def build_queue(self, kw: DictConfig) -> LabeledQueue:
+        return LabeledQueue(kw.queue_size, kw.proj_output_dim)
 
     @classmethod
     def check_method_kwargs(cls, cfg: DictConfig) -> None:
@@ -102,15 +108,14 @@ class MomentumQueueMethod(BaseMomentumMethod):
         out["z"] = F.normalize(self.momentum_projector(out["feats"]), dim=-1)
         return out
 
-    def enqueue_after_step(
-        self, queue: LabeledQueue, keys: torch.Tensor, labels: torch.Tensor | None = None
-    ) -> None:
-        """Queues are read by the backward pass, so they are written in on_train_batch_end."""
-        self._pending.append((queue, keys, labels))
+    def enqueue_after_step(self, queue: LabeledQueue, *tensors: torch.Tensor | None) -> None:
+        """``queue.enqueue(*tensors)`` (keys, labels, ...) in on_train_batch_end: queues are read
+        by the backward pass."""
+        self._pending.append((queue, tensors))
 
     def on_train_batch_end(self, outputs, batch, batch_idx: int) -> None:
-        for queue, keys, labels in self._pending:
-            queue.enqueue(keys, labels)
+        for queue, tensors in self._pending:
+            queue.enqueue(*tensors)
         self._pending.clear()
         super().on_train_batch_end(outputs, batch, batch_idx)
 

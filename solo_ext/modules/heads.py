@@ -12,8 +12,10 @@ def build_mlp(
     num_layers: int = 2,
     batch_norm: bool = True,
     last_batch_norm: bool = False,
+    last_affine: bool = False,
 ) -> nn.Sequential:
-    """Linear-(BN)-ReLU blocks followed by a last linear layer (optionally BN without affine).
+    """Linear-(BN)-ReLU blocks followed by a last linear layer (optionally BN, without affine
+    parameters unless ``last_affine``).
 
     ``num_layers = 2`` with ``batch_norm = False`` is MoCo v2's projector; ``batch_norm = True``
     is solo-learn's usual projector.
@@ -30,5 +32,5 @@ def build_mlp(
         dim = hidden_dim
     layers.append(nn.Linear(dim, out_dim))
     if last_batch_norm:
-        layers.append(nn.BatchNorm1d(out_dim, affine=False))
+        layers.append(nn.BatchNorm1d(out_dim, affine=last_affine))
     return nn.Sequential(*layers)
