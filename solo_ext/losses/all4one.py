@@ -1,0 +1,91 @@
+"""All4One's three objectives (Estepa et al., ICCV 2023) as pure functions.
+
+    L = sigma * L_neighbour + kappa * L_centroid + eta * L_feature
+
+- **Neighbour contrast** (NNCLR): InfoNCE between the nearest support-set neighbour of one view's
+  momentum projection and the other view's prediction; the other predictions of the (gathered)
+  batch are the negatives.
+- **Centroid contrast**: InfoNCE between two centroids from the centroid transformer: one built
+  from the k nearest neighbours of a view, the other from the *shifted* sequence of the other
+  view, whose centroid-predictor output is put first and whose last neighbour drops out
+  (:func:`shift_in`).
+- **Feature contrast** (redundancy reduction): the cross-correlation of the momentum and online
+  projections of opposite views, each column normalised over the batch; the root mean square of
+  (1 - diagonal) and of the off-diagonal, averaged over both directions, then averaged.
+
+Upstream's total is 0.5 L_neighbour + 0.5 L_centroid + 0.5 * 10 * L_feature, i.e. sigma = kappa
+= 0.5 and eta = 5, with the centroid InfoNCE at a fixed temperature of 0.1.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+import torch.nn.functional as F
+
+
+class All4OneTerms(NamedTuple):
+    """The weighted total and its three unweighted terms."""
+
+    total: torch.Tensor
+    neighbour: torch.Tensor
+    centroid: torch.Tensor
+    feature: torch.Tensor
+
+
+def info_nce(
+    anchors: torch.Tensor, candidates: torch.Tensor, temperature: float, offset: int = 0
+) -> torch.Tensor:
+    """Mean over anchors i [B, D] of -log softmax_j(a_i . c_j / t) at j = offset + i.
+
+    Both sides are L2-normalised; ``candidates`` [N, D] is the gathered batch and ``offset`` the
+    position of this process's rows in it (rank x B), as in NNCLR.
+    """
+    if temperature <= 0:
+        raise ValueError(f"temperature={temperature}: must be > 0")
+    with torch.autocast(device_type=anchors.device.type, enabled=False):
+        a = F.normalize(anchors.float(), dim=-1)
+        c = F.normalize(candidates.float(), dim=-1)
+        target = torch.arange(offset, offset + a.size(0), device=a.device)
+        return F.cross_entropy(a @ c.T / temperature, target)
+
+
+def shift_in(first: torch.Tensor, neighbours: torch.Tensor, k: int) -> torch.Tensor:
+    """The shift operation: ``first`` [B, D] becomes token 0, followed by the nearest k - 1 of
+    ``neighbours`` [B, >=k-1, D]; returns [B, k, D]."""
+    return torch.cat([first.unsqueeze(1), neighbours[:, : k - 1]], dim=1)
+
+
+def redundancy_reduction(
+    momentum: tuple[torch.Tensor, torch.Tensor], online: tuple[torch.Tensor, torch.Tensor]
+) -> torch.Tensor:
+    """The feature term on views (1, 2): correlations momentum_1 x online_2 and momentum_2 x
+    online_1 of the batch-normalised columns [B, D] -> [D, D];
+    0.5 * sqrt(mean over directions of mean (c_dd - 1)^2)
+    + 0.5 * sqrt(mean over directions of mean c_de^2, d != e)."""
+    with torch.autocast(device_type=online[0].device.type, enabled=False):
+        on_diag, off_diag = [], []
+        for m, o in ((momentum[0], online[1]), (momentum[1], online[0])):
+            corr = F.normalize(m.float(), dim=0).T @ F.normalize(o.float(), dim=0)
+            diag = corr.diagonal()
+            on_diag.append((diag - 1).pow(2).mean())
+            # the sum of squared off-diagonal entries without materialising a mask
+            d = corr.size(0)
+            off_diag.append((corr.pow(2).sum() - diag.pow(2).sum()) / (d * d - d))
+        on = (sum(on_diag) / 2).sqrt()
+        off = (sum(off_diag) / 2).sqrt()
+    return 0.5 * on + 0.5 * off
+
+
+def all4one_loss(
+    neighbour: torch.Tensor,
+    centroid: torch.Tensor,
+    feature: torch.Tensor,
+    sigma: float = 0.5,
+    kappa: float = 0.5,
+    eta: float = 5.0,
+) -> All4OneTerms:
+    """The weighted sum of the three (already symmetrised) terms."""
+    total = sigma * neighbour + kappa * centroid + eta * feature
+    return All4OneTerms(total, neighbour, centroid, feature)
