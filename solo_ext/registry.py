@@ -11,6 +11,7 @@ SOLO_EXT_METHODS: dict[str, str] = {
     "dscl": "solo_ext.methods.dscl:DSCL",
     "pbsd": "solo_ext.methods.pbsd:PBSD",
     "densecl": "solo_ext.methods.densecl:DenseCL",
+    "all4one_ct": "solo_ext.methods.all4one:All4OneCT",
 }
 
 

@@ -1,0 +1,213 @@
+"""``all4one_ct``: All4One (Estepa et al., ICCV 2023) with a configurable centroid transformer.
+
+Momentum encoder and projector (3 layers, BN), a predictor for the neighbour contrast and one
+for the centroid contrast, a support set of momentum projections (with labels and image
+indexes) and the centroid transformer. It does not replace solo-learn's own ``all4one``; it
+differs from it in what ``method_kwargs`` can set (every constant below), in finding the
+nearest neighbour and the top-k with one matmul, in running the four centroid sequences of a
+step through the transformer in one call, and in a support set of any size (wrap-around).
+
+Extra config (``method_kwargs``):
+    proj_hidden_dim, proj_output_dim, pred_hidden_dim: 2048, 256, 4096 (upstream).
+    temperature (float): of the neighbour InfoNCE. Default 0.2.
+    centroid_temperature (float): of the centroid InfoNCE. Default 0.1 (upstream's fixed value).
+    queue_size (int): support-set size. Default 98304.
+    k (int): neighbours per centroid, in [1, queue_size]. Default 5.
+    num_layers, num_heads, ff_dim, dropout: the transformer's; default 3, 8, 2 x
+        proj_output_dim, 0.1.
+    pos_len (int | None): positions encoded (None: k); pos_encoding: "upstream" (default, the
+        published layout) or "tokens" (see ``modules/centroid_transformer.py``).
+    sigma, kappa, eta (float): weights of the neighbour, centroid and feature terms; 0.5, 0.5, 5.
+    transformer_lr (float): the transformer's learning rate (not batch-scaled). Default 0.1.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from omegaconf import DictConfig
+
+from solo_ext.config import ConfigError, check_choice, check_range
+from solo_ext.host import gather
+from solo_ext.losses.all4one import (
+    All4OneTerms,
+    all4one_loss,
+    info_nce,
+    redundancy_reduction,
+    shift_in,
+)
+from solo_ext.methods.base import MomentumQueueMethod
+from solo_ext.modules import build_mlp
+from solo_ext.modules.centroid_transformer import POSITIONAL_ENCODINGS, CentroidTransformer
+from solo_ext.modules.support_set import Neighbours, SupportSet
+
+
+class All4OneCT(MomentumQueueMethod):
+    METHOD_KWARGS: dict[str, Any] = {
+        "proj_hidden_dim": 2048,
+        "proj_output_dim": 256,
+        "pred_hidden_dim": 4096,
+        "temperature": 0.2,
+        "centroid_temperature": 0.1,
+        "queue_size": 98304,
+        "k": 5,
+        "num_layers": 3,
+        "num_heads": 8,
+        "ff_dim": None,
+        "dropout": 0.1,
+        "pos_len": None,
+        "pos_encoding": "upstream",
+        "sigma": 0.5,
+        "kappa": 0.5,
+        "eta": 5.0,
+        "transformer_lr": 0.1,
+    }
+
+    def __init__(self, cfg: DictConfig):
+        super().__init__(cfg)
+        kw = cfg.method_kwargs
+        self.k: int = kw.k
+        self.predictor, self.centroid_predictor = (
+            build_mlp(kw.proj_output_dim, kw.pred_hidden_dim, kw.proj_output_dim) for _ in range(2)
+        )
+        self.centroid_transformer = CentroidTransformer(
+            kw.proj_output_dim,
+            num_layers=kw.num_layers,
+            num_heads=kw.num_heads,
+            ff_dim=kw.ff_dim,
+            dropout=kw.dropout,
+            pos_len=kw.pos_len or kw.k,
+            pos_encoding=kw.pos_encoding,
+        )
+
+    def build_projector(self, kw: DictConfig) -> torch.nn.Module:
+        """Upstream's projector: 3 linear layers, BN after each (the last one affine)."""
+        return build_mlp(
+            self.features_dim,
+            kw.proj_hidden_dim,
+            kw.proj_output_dim,
+            num_layers=3,
+            last_batch_norm=True,
+            last_affine=True,
+        )
+
+    def build_queue(self, kw: DictConfig) -> SupportSet:
+        return SupportSet(kw.queue_size, kw.proj_output_dim)
+
+    @classmethod
+    def check_method_kwargs(cls, cfg: DictConfig) -> None:
+        super().check_method_kwargs(cfg)
+        kw = cfg.method_kwargs
+        check_range("method_kwargs.centroid_temperature", kw.centroid_temperature, 0, low_open=True)
+        for key in ("pred_hidden_dim", "num_layers", "num_heads"):
+            check_range(f"method_kwargs.{key}", kw[key], 1)
+        check_range("method_kwargs.k", kw.k, 1, kw.queue_size)
+        if kw.pos_len is not None:
+            check_range("method_kwargs.pos_len", kw.pos_len, kw.k)
+        if kw.ff_dim is not None:
+            check_range("method_kwargs.ff_dim", kw.ff_dim, 1)
+        check_range("method_kwargs.dropout", kw.dropout, 0, 1, high_open=True)
+        check_choice("method_kwargs.pos_encoding", kw.pos_encoding, POSITIONAL_ENCODINGS)
+        for key in ("sigma", "kappa", "eta"):
+            check_range(f"method_kwargs.{key}", kw[key], 0)
+        check_range("method_kwargs.transformer_lr", kw.transformer_lr, 0, low_open=True)
+        if kw.proj_output_dim % kw.num_heads:
+            raise ConfigError(
+                f"method_kwargs.num_heads={kw.num_heads}: must divide "
+                f"method_kwargs.proj_output_dim={kw.proj_output_dim}"
+            )
+
+    @property
+    def learnable_params(self) -> list[dict[str, Any]]:
+        lr = self.cfg.method_kwargs.transformer_lr
+        return super().learnable_params + [
+            {"name": "predictor", "params": self.predictor.parameters()},
+            {"name": "centroid_predictor", "params": self.centroid_predictor.parameters()},
+            {
+                "name": "centroid_transformer",
+                "params": self.centroid_transformer.parameters(),
+                "lr": lr,
+            },
+        ]
+
+    def forward(self, X: torch.Tensor) -> dict[str, Any]:
+        """Adds the raw projection ``proj``, its normalisation ``z`` and both predictions."""
+        out = super(MomentumQueueMethod, self).forward(X)
+        proj = self.projector(out["feats"])
+        out.update(
+            proj=proj,
+            z=F.normalize(proj, dim=-1),
+            p=self.predictor(proj),
+            p_centroid=self.centroid_predictor(proj),
+        )
+        return out
+
+    def all4one_terms(
+        self, out: dict[str, Any], neighbours: tuple[Neighbours, Neighbours]
+    ) -> All4OneTerms:
+        """The loss of one step from the outputs of the two large crops (lists in ``out``) and
+        each view's neighbours in the support set."""
+        kw = self.cfg.method_kwargs
+        p1, p2 = out["p"][:2]
+        c1, c2 = out["p_centroid"][:2]
+        nn1, nn2 = (n.keys for n in neighbours)
+        b = p1.size(0)
+        offset = self.global_rank * b
+
+        neighbour = (
+            info_nce(nn1[:, 0], gather(p2), kw.temperature, offset)
+            + info_nce(nn2[:, 0], gather(p1), kw.temperature, offset)
+        ) / 2
+
+        # one transformer call for the four sequences: neighbours of views 1 and 2, then the
+        # shifted sequences of views 1 and 2
+        sequences = torch.cat(
+            [
+                nn1[:, : self.k],
+                nn2[:, : self.k],
+                shift_in(c1, nn1, self.k),
+                shift_in(c2, nn2, self.k),
+            ]
+        )
+        rich1, rich2, shifted1, shifted2 = self.centroid_transformer(sequences).split(b)
+        t = kw.centroid_temperature
+        centroid = (
+            info_nce(rich1, gather(shifted2), t, offset)
+            + info_nce(rich2, gather(shifted1), t, offset)
+        ) / 2
+
+        momentum = tuple(gather(z) for z in out["momentum_z"][:2])
+        online = tuple(gather(z) for z in out["proj"][:2])
+        feature = redundancy_reduction(momentum, online)
+        return all4one_loss(neighbour, centroid, feature, kw.sigma, kw.kappa, kw.eta)
+
+    def training_step(self, batch: Sequence[Any], batch_idx: int) -> torch.Tensor:
+        indexes, _, targets = batch
+        out = super().training_step(batch, batch_idx)
+        self.record_train_features(out, batch)
+        neighbours = tuple(self.queue.neighbours(z, self.k) for z in out["momentum_z"][:2])
+        terms = self.all4one_terms(out, neighbours)
+        # the nearest neighbour's label against the image's (unlabelled images left out)
+        hits = (neighbours[0].labels[:, 0] == targets)[targets != -1]
+        nn_acc = hits.float().mean() if hits.numel() else torch.zeros((), device=hits.device)
+        z_std = torch.stack([z.std(dim=0).mean() for z in out["z"][:2]]).mean()
+        self.log_dict(
+            {
+                "train_all4one_loss": terms.total,
+                "train_neighbour_loss": terms.neighbour,
+                "train_centroid_loss": terms.centroid,
+                "train_feature_loss": terms.feature,
+                "train_nn_acc": nn_acc,
+                "train_z_std": z_std.detach(),
+            },
+            on_epoch=True,
+            sync_dist=True,
+        )
+        # like upstream and NNCLR: the first view's momentum projections enter the support set
+        self.enqueue_after_step(
+            self.queue, gather(out["momentum_z"][0]), gather(targets), gather(indexes)
+        )
+        return terms.total + out["loss"]
