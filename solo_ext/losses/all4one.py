@@ -19,6 +19,7 @@ Upstream's total is 0.5 L_neighbour + 0.5 L_centroid + 0.5 * 10 * L_feature, i.e
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import NamedTuple
 
 import torch
@@ -89,3 +90,57 @@ def all4one_loss(
     """The weighted sum of the three (already symmetrised) terms."""
     total = sigma * neighbour + kappa * centroid + eta * feature
     return All4OneTerms(total, neighbour, centroid, feature)
+
+
+def _identity(x: torch.Tensor) -> torch.Tensor:
+    return x
+
+
+Pair = tuple[torch.Tensor, torch.Tensor]
+
+
+def all4one_objective(
+    p: Pair,
+    p_centroid: Pair,
+    proj: Pair,
+    momentum_z: Pair,
+    neighbours: Pair,
+    centroid_fn: Callable[[torch.Tensor], torch.Tensor],
+    k: int,
+    temperature: float,
+    centroid_temperature: float,
+    sigma: float = 0.5,
+    kappa: float = 0.5,
+    eta: float = 5.0,
+    gather: Callable[[torch.Tensor], torch.Tensor] = _identity,
+    offset: int = 0,
+) -> All4OneTerms:
+    """The loss of one step, both views (each argument is a (view 1, view 2) pair of [B, ...]).
+
+    Args:
+        p, p_centroid: the two predictors' outputs; proj: the raw online projections;
+        momentum_z: the normalised momentum projections; neighbours: each view's k nearest
+        support-set keys [B, >=k, D], nearest first.
+        centroid_fn: sequences [N, k, D] -> centroids [N, D] (the centroid transformer).
+        gather, offset: the all-gather of the batch (with gradients) and this process's first
+            row in it; the InfoNCE candidates and the feature term use the gathered batch.
+    """
+    b = p[0].size(0)
+    nn1, nn2 = neighbours
+    neighbour = (
+        info_nce(nn1[:, 0], gather(p[1]), temperature, offset)
+        + info_nce(nn2[:, 0], gather(p[0]), temperature, offset)
+    ) / 2
+    # one transformer call: the neighbours of views 1 and 2, then their shifted sequences
+    sequences = torch.cat(
+        [nn1[:, :k], nn2[:, :k], shift_in(p_centroid[0], nn1, k), shift_in(p_centroid[1], nn2, k)]
+    )
+    rich1, rich2, shifted1, shifted2 = centroid_fn(sequences).split(b)
+    centroid = (
+        info_nce(rich1, gather(shifted2), centroid_temperature, offset)
+        + info_nce(rich2, gather(shifted1), centroid_temperature, offset)
+    ) / 2
+    feature = redundancy_reduction(
+        (gather(momentum_z[0]), gather(momentum_z[1])), (gather(proj[0]), gather(proj[1]))
+    )
+    return all4one_loss(neighbour, centroid, feature, sigma, kappa, eta)

@@ -32,13 +32,7 @@ from omegaconf import DictConfig
 
 from solo_ext.config import ConfigError, check_choice, check_range
 from solo_ext.host import gather
-from solo_ext.losses.all4one import (
-    All4OneTerms,
-    all4one_loss,
-    info_nce,
-    redundancy_reduction,
-    shift_in,
-)
+from solo_ext.losses.all4one import All4OneTerms, all4one_objective
 from solo_ext.methods.base import MomentumQueueMethod
 from solo_ext.modules import build_mlp
 from solo_ext.modules.centroid_transformer import POSITIONAL_ENCODINGS, CentroidTransformer
@@ -151,38 +145,19 @@ class All4OneCT(MomentumQueueMethod):
         """The loss of one step from the outputs of the two large crops (lists in ``out``) and
         each view's neighbours in the support set."""
         kw = self.cfg.method_kwargs
-        p1, p2 = out["p"][:2]
-        c1, c2 = out["p_centroid"][:2]
-        nn1, nn2 = (n.keys for n in neighbours)
-        b = p1.size(0)
-        offset = self.global_rank * b
-
-        neighbour = (
-            info_nce(nn1[:, 0], gather(p2), kw.temperature, offset)
-            + info_nce(nn2[:, 0], gather(p1), kw.temperature, offset)
-        ) / 2
-
-        # one transformer call for the four sequences: neighbours of views 1 and 2, then the
-        # shifted sequences of views 1 and 2
-        sequences = torch.cat(
-            [
-                nn1[:, : self.k],
-                nn2[:, : self.k],
-                shift_in(c1, nn1, self.k),
-                shift_in(c2, nn2, self.k),
-            ]
+        return all4one_objective(
+            *(tuple(out[key][:2]) for key in ("p", "p_centroid", "proj", "momentum_z")),
+            (neighbours[0].keys, neighbours[1].keys),
+            self.centroid_transformer,
+            self.k,
+            kw.temperature,
+            kw.centroid_temperature,
+            kw.sigma,
+            kw.kappa,
+            kw.eta,
+            gather=gather,
+            offset=self.global_rank * out["p"][0].size(0),
         )
-        rich1, rich2, shifted1, shifted2 = self.centroid_transformer(sequences).split(b)
-        t = kw.centroid_temperature
-        centroid = (
-            info_nce(rich1, gather(shifted2), t, offset)
-            + info_nce(rich2, gather(shifted1), t, offset)
-        ) / 2
-
-        momentum = tuple(gather(z) for z in out["momentum_z"][:2])
-        online = tuple(gather(z) for z in out["proj"][:2])
-        feature = redundancy_reduction(momentum, online)
-        return all4one_loss(neighbour, centroid, feature, kw.sigma, kw.kappa, kw.eta)
 
     def training_step(self, batch: Sequence[Any], batch_idx: int) -> torch.Tensor:
         indexes, _, targets = batch
