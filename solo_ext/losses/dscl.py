@@ -19,7 +19,7 @@ from typing import Literal
 
 import torch
 
-from solo_ext.losses.scl import contrastive_log_probs
+from solo_ext.losses.scl import positive_terms
 
 
 def resolve_alpha(alpha: float | Literal["scl"] | None, beta: float | None) -> float | str:
@@ -49,6 +49,7 @@ def dscl_loss(
     alpha: float | Literal["scl"] | None = None,
     beta: float | None = None,
     temperature: float = 0.07,
+    num_classes: int | None = None,
 ) -> torch.Tensor:
     """Mean over anchors of the DSCL loss (module docstring).
 
@@ -59,15 +60,12 @@ def dscl_loss(
         alpha: weight of k_i in [0, 1], or ``"scl"`` for 1 / (|P_i| + 1) (the SCL loss).
         beta: the official code's form, alpha = 1 / (1 + beta); give alpha or beta.
         temperature: softmax temperature t > 0. Similarities and softmax are in float32.
+        num_classes: an upper bound of the labels, which spares a device sync.
     """
     a = resolve_alpha(alpha, beta)
-    log_prob, positive, aug_col = contrastive_log_probs(
-        q, k, queue, labels, queue_labels, temperature
+    log_p_aug, sum_other, n_other = positive_terms(
+        q, k, queue, labels, queue_labels, temperature, num_classes
     )
-    rows = torch.arange(q.size(0), device=q.device)
-    log_p_aug = log_prob[rows, aug_col]
-    n_other = positive.sum(dim=1) - 1  # |P_i|: positive includes k_i
-    sum_other = (log_prob * positive).sum(dim=1) - log_p_aug
     if a == "scl":
         weight = 1.0 / (n_other + 1).float()
     else:

@@ -52,4 +52,5 @@ class DSCL(SCL):
             alpha=kw.alpha,
             beta=kw.beta,
             temperature=self.temperature,
+            num_classes=self.num_classes,
         )

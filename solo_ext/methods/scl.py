@@ -28,7 +28,15 @@ class SCL(MomentumQueueMethod):
         self, q: torch.Tensor, k: torch.Tensor, labels: torch.Tensor, batch: Sequence[Any]
     ) -> torch.Tensor:
         """The method's loss for one (query view, key view) direction on the gathered batch."""
-        return scl_loss(q, k, self.queue.keys, labels, self.queue.labels, self.temperature)
+        return scl_loss(
+            q,
+            k,
+            self.queue.keys,
+            labels,
+            self.queue.labels,
+            self.temperature,
+            num_classes=self.num_classes,
+        )
 
     def training_step(self, batch: Sequence[Any], batch_idx: int) -> torch.Tensor:
         """Symmetric loss (each large crop is the query once), then both views' keys enqueued."""
