@@ -126,3 +126,20 @@ def test_queues_advance_by_the_gathered_batch(make_cfg):
         assert queue.ptr.item() == (2 * 2 * batch) % 20  # 2 steps x 2 views x batch
         assert queue.valid.sum().item() == min(20, 2 * 2 * batch)
     assert result["metrics"]["densecl_lambda_epoch"] == pytest.approx(0.25)  # steps: 0, then 0.5
+
+
+def test_lambda_zero_is_moco_v2_without_the_dense_branch(make_cfg):
+    """lambda 0 skips the dense branch, yet trains exactly as the dense path does while its
+    weight is 0 (during the warm-up)."""
+    common = {"checkpoint.enabled": False, "limit_train_batches": 2, "limit_val_batches": 0}
+    moco = run(make_cfg("densecl", **common, **{"method_kwargs.lambda": 0.0}))
+    warm = run(
+        make_cfg(
+            "densecl", **common, **{"method_kwargs.lambda": 0.5, "method_kwargs.warmup_steps": 10}
+        )
+    )
+    assert moco["metrics"]["train_densecl_loss"] == pytest.approx(
+        warm["metrics"]["train_densecl_loss"], rel=1e-5
+    )
+    assert "train_dense_loss" not in moco["metrics"]
+    assert torch.equal(moco["model"].queue.keys, warm["model"].queue.keys)

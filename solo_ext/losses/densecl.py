@@ -33,15 +33,17 @@ def infonce(
     q: torch.Tensor, k: torch.Tensor, queue: torch.Tensor, valid: torch.Tensor, temperature: float
 ) -> torch.Tensor:
     """Mean InfoNCE of normalised q [N, D] with positives k [N, D] and negatives queue [K, D]
-    (``valid`` [K] masks empty slots); float32 under autocast."""
+    (``valid`` [K] masks empty slots); float32 under autocast.
+
+    The [N, K] negatives are one matmul, scaled and masked in place; the positive joins them
+    through ``logaddexp`` instead of a concatenated copy of the logits."""
     if temperature <= 0:
         raise ValueError(f"temperature={temperature}: must be > 0")
     with torch.autocast(device_type=q.device.type, enabled=False):
         q, k, queue = q.float(), k.float(), queue.float()
-        positive = (q * k).sum(dim=1, keepdim=True)
-        negative = (q @ queue.T).masked_fill(~valid[None, :], float("-inf"))
-        logits = torch.cat([positive, negative], dim=1) / temperature
-        return F.cross_entropy(logits, torch.zeros(q.size(0), dtype=torch.long, device=q.device))
+        positive = (q * k).sum(dim=1) / temperature
+        negative = torch.mm(q, queue.T).div_(temperature).masked_fill_(~valid, float("-inf"))
+        return (torch.logaddexp(positive, negative.logsumexp(dim=1)) - positive).mean()
 
 
 def densecl_loss(

@@ -11,7 +11,8 @@ Extra config (``method_kwargs``):
     lambda (float): weight of the dense term in [0, 1]. Default 0.5.
     warmup_steps (int): optimiser steps with lambda = 0 first. Default 1000.
     grid_size (int | None): pool the map to this grid (None keeps the backbone's).
-With ``lambda: 0`` this is the MoCo v2 baseline of the paper.
+With ``lambda: 0`` this is the MoCo v2 baseline of the paper, at MoCo v2's cost: the dense
+branch is then not computed at all.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from omegaconf import DictConfig
 
 from solo_ext.config import check_range
 from solo_ext.host import gather, initialize_momentum_params
-from solo_ext.losses.densecl import dense_correspondence, densecl_loss
+from solo_ext.losses.densecl import dense_correspondence, densecl_loss, infonce
 from solo_ext.methods.base import MomentumQueueMethod
 from solo_ext.modules import LabeledQueue, build_mlp
 from solo_ext.modules.feature_maps import feature_map
@@ -81,8 +82,12 @@ class DenseCL(MomentumQueueMethod):
         dense = dense_projector(fmap.transpose(1, 2)).transpose(1, 2)
         return {"feats": feats, "fmap": fmap, "dense": dense}
 
+    @property
+    def dense_enabled(self) -> bool:
+        return self.cfg.method_kwargs["lambda"] > 0
+
     def forward(self, X: torch.Tensor) -> dict[str, Any]:
-        if not self.training:
+        if not (self.training and self.dense_enabled):
             return super().forward(X)
         out = self._dense(self.backbone, self.dense_projector, X)
         out["logits"] = self.classifier(out["feats"].detach())
@@ -92,7 +97,7 @@ class DenseCL(MomentumQueueMethod):
 
     @torch.no_grad()
     def momentum_forward(self, X: torch.Tensor) -> dict[str, Any]:
-        if not self.training:
+        if not (self.training and self.dense_enabled):
             return super().momentum_forward(X)
         out = self._dense(self.momentum_backbone, self.momentum_dense_projector, X)
         out["z"] = F.normalize(self.momentum_projector(out["feats"]), dim=-1)
@@ -110,6 +115,17 @@ class DenseCL(MomentumQueueMethod):
         out = super().training_step(batch, batch_idx)
         self.record_train_features(out, batch)
         lam = self.current_lambda()
+        if not self.dense_enabled:  # MoCo v2
+            queue, valid, t = self.queue.keys, self.queue.valid, self.temperature
+            q, k = out["z"], out["momentum_z"]
+            loss = (infonce(q[0], k[1], queue, valid, t) + infonce(q[1], k[0], queue, valid, t)) / 2
+            self.log_dict(
+                {"train_densecl_loss": loss, "train_global_loss": loss, "densecl_lambda": 0.0},
+                on_epoch=True,
+                sync_dist=True,
+            )
+            self.enqueue_after_step(self.queue, torch.cat([gather(key) for key in k[:2]]))
+            return loss + out["loss"]
         totals, global_terms, dense_terms = [], [], []
         for qi, ki in ((0, 1), (1, 0)):
             match = dense_correspondence(out["fmap"][qi], out["momentum_fmap"][ki])
