@@ -27,8 +27,11 @@ def collect(root: Path) -> dict[str, list[dict]]:
         args = json.loads((metrics_path.parent / "args.json").read_text())
         metrics = json.loads(metrics_path.read_text())
         name = args["method"]
-        if "lambda" in args.get("method_kwargs", {}):
-            name += f" (lambda {args['method_kwargs']['lambda']})"
+        kwargs = args.get("method_kwargs", {})
+        if "lambda" in kwargs:  # densecl: lambda 0 is its baseline
+            name += f" (lambda {kwargs['lambda']})"
+        if "centroid_temperature" in kwargs:  # all4one_ct: compared over k
+            name += f" (k {kwargs['k']})"
         runs[name].append({"seed": args.get("seed"), **metrics})
     return runs
 
