@@ -1,0 +1,137 @@
+"""``python -m solo_ext.bench``: loss kernels and training steps against their references.
+
+    python -m solo_ext.bench                      # everything, official kernel sizes
+    python -m solo_ext.bench --what kernels --kernels dscl --json bench.json
+    python -m solo_ext.bench --tiny               # seconds: checks the runner itself
+
+Prints one table (medians, ratios against each reference measured in the same run) and, with
+``--json``, writes the rows and the machine they ran on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from solo_ext.bench import kernels as K
+from solo_ext.bench.timing import measure
+
+
+def machine(device: torch.device) -> dict[str, Any]:
+    info = {
+        "platform": platform.platform(),
+        "processor": platform.machine(),
+        "cpu_threads": torch.get_num_threads(),
+        "cpu_count": os.cpu_count(),
+        "torch": torch.__version__,
+        "device": str(device),
+    }
+    if device.type == "cuda":
+        info["gpu"] = torch.cuda.get_device_name(device)
+    from solo_ext.host import HOST
+
+    info["host"] = HOST
+    return info
+
+
+def kernel_rows(names: list[str], sizes: str, device: torch.device, warmup: int, repeats: int):
+    rows = []
+    for name in names:
+        kernel = K.KERNELS[name](K.SIZES[sizes][name], device)
+        results = measure(kernel.candidates, device, warmup=warmup, repeats=repeats)
+        for candidate, res in results.items():
+            rows.append(
+                {
+                    "kind": "kernel",
+                    "name": kernel.name,
+                    "shape": kernel.shape,
+                    "candidate": candidate,
+                    "median_s": res.median,
+                    "peak_mib": res.peak_mib,
+                    "ratio_vs_floor": res.median / results["floor"].median,
+                    "ratio_vs_straightforward": res.median / results["straightforward"].median,
+                }
+            )
+    return rows
+
+
+def add_step_ratios(rows: list[dict]) -> None:
+    by_label = {(r["name"], r["candidate"]): r for r in rows}
+    for r in rows:
+        r["ratio_vs_reference"] = r["median_s"] / by_label[(r["name"], r["reference"])]["median_s"]
+
+
+def format_table(rows: list[dict]) -> str:
+    lines = [
+        "| kind | benchmark | shape | candidate | median ms | ratio | peak MiB |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        if r["kind"] == "kernel":
+            ratio = (
+                f"{r['ratio_vs_floor']:.2f}x floor, {r['ratio_vs_straightforward']:.2f}x straightf."
+            )
+        else:
+            ratio = f"{r['ratio_vs_reference']:.3f}x {r['reference']}"
+        peak = "n/a" if r.get("peak_mib") is None else f"{r['peak_mib']:.0f}"
+        lines.append(
+            f"| {r['kind']} | {r['name']} | {r['shape']} | {r['candidate']} "
+            f"| {1000 * r['median_s']:.1f} | {ratio} | {peak} |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    p = argparse.ArgumentParser(
+        prog="python -m solo_ext.bench", description=__doc__.splitlines()[0]
+    )
+    p.add_argument("--what", choices=["kernels", "steps", "all"], default="all")
+    p.add_argument("--kernels", nargs="+", choices=sorted(K.KERNELS), default=sorted(K.KERNELS))
+    p.add_argument("--sizes", choices=sorted(K.SIZES), default="official")
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--warmup", type=int, default=1, help="untimed calls / steps first")
+    p.add_argument("--repeats", type=int, default=5, help="timed rounds of each kernel")
+    p.add_argument("--batch-size", type=int, default=64, help="training-step batch per view")
+    p.add_argument("--steps", type=int, default=3, help="timed steps per fit")
+    p.add_argument("--rounds", type=int, default=3, help="fits of each method, interleaved")
+    p.add_argument("--pairs", nargs="+", help="only these methods' step pairs (e.g. dscl)")
+    p.add_argument("--tiny", action="store_true", help="tiny sizes, one round: seconds")
+    p.add_argument("--json", type=Path, help="also write the rows and the machine here")
+    args = p.parse_args(argv)
+    if args.tiny:
+        args.sizes, args.repeats, args.warmup = "tiny", 1, 0
+        args.batch_size, args.steps, args.rounds = 4, 1, 1
+    device = torch.device(args.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        p.error(f"--device={args.device}: no CUDA device here")
+
+    rows: list[dict] = []
+    if args.what in ("kernels", "all"):
+        rows += kernel_rows(args.kernels, args.sizes, device, args.warmup, args.repeats)
+    if args.what in ("steps", "all"):
+        from solo_ext.bench.steps import measure_pairs
+
+        step_rows = measure_pairs(
+            device, args.batch_size, args.steps, args.warmup, args.rounds, args.tiny, args.pairs
+        )
+        add_step_ratios(step_rows)
+        rows += step_rows
+    result = {"machine": machine(device), "args": {k: str(v) for k, v in vars(args).items()}}
+    result["rows"] = rows
+    print(f"machine: {json.dumps(result['machine'])}")
+    print(format_table(rows))
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(result, indent=2))
+    return result
+
+
+if __name__ == "__main__":
+    sys.exit(main() and 0)

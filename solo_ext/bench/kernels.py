@@ -1,0 +1,243 @@
+"""Loss kernels, forward + backward: each solo-ext loss against (a) a straightforward
+implementation of the published formulation, written here as the official code writes it
+(mask matrices over the whole contrast set, similarities recomputed, one transformer call per
+sequence), and (b) the floor: the kernel's big matmul + logsumexp + their backward.
+
+Sizes (``official``): DSCL B = 256, K = 65536, D = 128; DenseCL's dense term B = 256, S^2 = 49,
+D = 128, K = 65536; All4One B = 256, k = 5, D = 256, support set 98304.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from solo_ext.losses.all4one import all4one_objective
+from solo_ext.losses.densecl import infonce
+from solo_ext.losses.dscl import dscl_loss
+from solo_ext.modules.centroid_transformer import CentroidTransformer, upstream_encoding
+
+SIZES = {
+    "official": {
+        "dscl": {"b": 256, "k": 65536, "d": 128, "classes": 1000},
+        "densecl": {"b": 256, "s": 49, "d": 128, "k": 65536},
+        "all4one": {"b": 256, "knn": 5, "d": 256, "k": 98304},
+    },
+    "tiny": {
+        "dscl": {"b": 16, "k": 256, "d": 16, "classes": 10},
+        "densecl": {"b": 4, "s": 9, "d": 16, "k": 256},
+        "all4one": {"b": 16, "knn": 5, "d": 16, "k": 256},
+    },
+}
+
+
+@dataclass
+class Kernel:
+    """One benchmark: loss functions by role (``solo-ext``, ``straightforward``, ``floor``) and
+    the inputs their gradients are taken for. ``solo-ext`` and ``straightforward`` compute the
+    same loss (the tests check values and gradients)."""
+
+    name: str
+    shape: str
+    losses: dict[str, Callable[[], torch.Tensor]]
+    inputs: list[torch.Tensor]
+
+    @property
+    def candidates(self) -> dict[str, Callable[[], None]]:
+        """Forward + backward of each loss (forward alone where nothing needs a gradient)."""
+
+        def run(loss_fn: Callable[[], torch.Tensor]) -> Callable[[], None]:
+            def call() -> None:
+                loss = loss_fn()
+                if loss.requires_grad:
+                    torch.autograd.grad(loss, self.inputs, allow_unused=True)
+
+            return call
+
+        return {role: run(fn) for role, fn in self.losses.items()}
+
+
+def _unit(*shape: int, device: torch.device, grad: bool = False) -> torch.Tensor:
+    return F.normalize(torch.randn(*shape, device=device), dim=-1).requires_grad_(grad)
+
+
+# ---- DSCL ---------------------------------------------------------------------------------
+
+
+def dscl_straightforward(q, k, queue, labels, queue_labels, alpha: float, t: float):
+    """DSCL as the SupContrast-style official code computes it: float masks [B, N] over the
+    contrast set [queries, keys, queue], the max-subtracted logits, exp * mask, and the
+    positives' log-probabilities through the mask."""
+    b = q.size(0)
+    contrast = torch.cat([q, k, queue])
+    col_labels = torch.cat([labels, labels, queue_labels])
+    n = contrast.size(0)
+    rows = torch.arange(b, device=q.device)
+    logits_mask = torch.ones(b, n, device=q.device)
+    logits_mask[rows, rows] = 0
+    same = torch.eq(labels[:, None], col_labels[None, :]).float() * logits_mask
+    aug = torch.zeros(b, n, device=q.device)
+    aug[rows, b + rows] = 1
+    other = same - aug
+    logits = q @ contrast.T / t
+    logits = logits - logits.max(dim=1, keepdim=True).values.detach()
+    exp_logits = torch.exp(logits) * logits_mask
+    log_prob = logits - torch.log(exp_logits.sum(dim=1, keepdim=True))
+    n_other = other.sum(dim=1)
+    weight = torch.where(n_other > 0, torch.full_like(n_other, alpha), torch.ones_like(n_other))
+    per_anchor = -(
+        weight * (aug * log_prob).sum(dim=1)
+        + (1 - weight) * (other * log_prob).sum(dim=1) / n_other.clamp(min=1)
+    )
+    return per_anchor.mean()
+
+
+def floor_loss(q: torch.Tensor, contrast: torch.Tensor, t: float) -> torch.Tensor:
+    """One matmul of the kernel's shape + logsumexp."""
+    return torch.logsumexp(q @ contrast.T / t, dim=1).mean()
+
+
+def dscl_kernel(size: dict, device: torch.device) -> Kernel:
+    b, k, d, classes = size["b"], size["k"], size["d"], size["classes"]
+    q, key = _unit(b, d, device=device, grad=True), _unit(b, d, device=device, grad=True)
+    queue = _unit(k, d, device=device)
+    labels = torch.randint(0, classes, (b,), device=device)
+    queue_labels = torch.randint(0, classes, (k,), device=device)
+    contrast = torch.cat([q, key, queue]).detach()
+    alpha, t = 1 / 9, 0.07  # the official beta = 8
+
+    def ours():
+        return dscl_loss(
+            q, key, queue, labels, queue_labels, alpha=alpha, temperature=t, num_classes=classes
+        )
+
+    def straightforward():
+        return dscl_straightforward(q, key, queue, labels, queue_labels, alpha, t)
+
+    def floor():
+        return floor_loss(q, contrast, t)
+
+    return Kernel(
+        "dscl loss",
+        f"B={b} K={k} D={d} C={classes}",
+        {"solo-ext": ours, "straightforward": straightforward, "floor": floor},
+        [q, key],
+    )
+
+
+# ---- DenseCL (dense term) -----------------------------------------------------------------
+
+
+def densecl_kernel(size: dict, device: torch.device) -> Kernel:
+    b, s, d, k = size["b"], size["s"], size["d"], size["k"]
+    q_dense = _unit(b, s, d, device=device).transpose(1, 2).requires_grad_()  # [B, D, S]
+    k_dense = _unit(b, s, d, device=device).transpose(1, 2)
+    queue = _unit(k, d, device=device)
+    match = torch.randint(0, s, (b, s), device=device)
+    valid = torch.ones(k, dtype=torch.bool, device=device)
+    t = 0.2
+
+    def matched() -> tuple[torch.Tensor, torch.Tensor]:
+        positives = torch.gather(k_dense, 2, match[:, None, :].expand(b, d, s))
+        flat = q_dense.transpose(1, 2).reshape(b * s, d)
+        return flat, positives.transpose(1, 2).reshape(b * s, d)
+
+    def ours():
+        flat, positives = matched()
+        return infonce(flat, positives, queue, valid, t)
+
+    def straightforward():  # the official code's einsums and concatenated logits
+        flat, positives = matched()
+        l_pos = torch.einsum("nc,nc->n", flat, positives)[:, None]
+        l_neg = torch.einsum("nc,ck->nk", flat, queue.T)
+        logits = torch.cat([l_pos, l_neg], dim=1) / t
+        target = torch.zeros(logits.size(0), dtype=torch.long, device=device)
+        return F.cross_entropy(logits, target)
+
+    def floor():
+        return floor_loss(matched()[0], queue, t)
+
+    return Kernel(
+        "densecl dense term",
+        f"B={b} S^2={s} D={d} K={k}",
+        {"solo-ext": ours, "straightforward": straightforward, "floor": floor},
+        [q_dense],
+    )
+
+
+# ---- All4One ------------------------------------------------------------------------------
+
+
+def _off_diagonal(x: torch.Tensor) -> torch.Tensor:
+    n = x.size(0)
+    return x.flatten()[:-1].view(n - 1, n + 1)[:, 1:].flatten()
+
+
+def all4one_straightforward(p, c, proj, mz, queue, encoder, pos, knn: int, t: float, tc: float):
+    """Upstream's step: top-1 and top-k from two similarity matmuls per view, one transformer
+    call per sequence, the off-diagonal through a flattened view."""
+
+    def find_nn(z):
+        _ = (z @ queue.T).max(dim=1)[1]
+        idx = (z @ queue.T).topk(knn, dim=1).indices
+        return queue[idx]
+
+    def nce(a, b, temp):
+        a, b = F.normalize(a, dim=-1), F.normalize(b, dim=-1)
+        return F.cross_entropy(a @ b.T / temp, torch.arange(a.size(0), device=a.device))
+
+    nn1, nn2 = find_nn(mz[0]), find_nn(mz[1])
+    rich1, rich2 = encoder(nn1 + pos)[:, 0], encoder(nn2 + pos)[:, 0]
+    s1 = encoder(torch.cat([c[0][:, None], nn1], 1)[:, :knn] + pos)[:, 0]
+    s2 = encoder(torch.cat([c[1][:, None], nn2], 1)[:, :knn] + pos)[:, 0]
+    centroid = nce(rich1, s2, tc) / 2 + nce(rich2, s1, tc) / 2
+    neighbour = nce(nn1[:, 0], p[1], t) / 2 + nce(nn2[:, 0], p[0], t) / 2
+    m1, m2 = F.normalize(mz[0], dim=0), F.normalize(mz[1], dim=0)
+    z1, z2 = F.normalize(proj[0], dim=0), F.normalize(proj[1], dim=0)
+    corr1, corr2 = m1.T @ z2, m2.T @ z1
+    on = (corr1.diagonal().add(-1).pow(2).mean() + corr2.diagonal().add(-1).pow(2).mean()) / 2
+    off = (_off_diagonal(corr1).pow(2).mean() + _off_diagonal(corr2).pow(2).mean()) / 2
+    feature = (0.5 * on.sqrt() + 0.5 * off.sqrt()) * 10
+    return 0.5 * centroid + 0.5 * neighbour + 0.5 * feature
+
+
+def all4one_kernel(size: dict, device: torch.device) -> Kernel:
+    b, knn, d, k = size["b"], size["knn"], size["d"], size["k"]
+    heads = 8 if d % 8 == 0 else 1
+    transformer = CentroidTransformer(
+        d, num_heads=heads, dropout=size.get("dropout", 0.1), pos_len=knn, pos_encoding="upstream"
+    )
+    transformer = transformer.to(device)
+    pos = upstream_encoding(knn, d).to(device)
+    queue = _unit(k, d, device=device)
+    mz = tuple(_unit(b, d, device=device) for _ in range(2))
+    p, c, proj = (
+        tuple(torch.randn(b, d, device=device, requires_grad=True) for _ in range(2))
+        for _ in range(3)
+    )
+    params = [*p, *c, *proj, *transformer.parameters()]
+
+    def ours():
+        nn_keys = tuple(queue[(z @ queue.T).topk(knn, dim=1).indices] for z in mz)
+        return all4one_objective(p, c, proj, mz, nn_keys, transformer, knn, 0.2, 0.1).total
+
+    def straightforward():
+        return all4one_straightforward(
+            p, c, proj, mz, queue, transformer.encoder, pos, knn, 0.2, 0.1
+        )
+
+    def floor():  # the support-set search alone: no implementation can do less
+        return sum((z @ queue.T).topk(knn, dim=1).values.sum() for z in mz)
+
+    return Kernel(
+        "all4one loss",
+        f"B={b} k={knn} D={d} support={k}",
+        {"solo-ext": ours, "straightforward": straightforward, "floor": floor},
+        params,
+    )
+
+
+KERNELS = {"dscl": dscl_kernel, "densecl": densecl_kernel, "all4one": all4one_kernel}

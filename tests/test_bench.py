@@ -1,0 +1,47 @@
+"""The benchmark runner in its tiny mode (so it never rots), and the benchmarks' two
+implementations of each loss (solo-ext's and the straightforward one written as the official
+code) computing the same values and gradients."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from solo_ext.bench import kernels as K
+from solo_ext.bench.__main__ import main
+
+
+@pytest.mark.parametrize("name", sorted(K.KERNELS))
+def test_optimised_loss_equals_the_straightforward_one(name):
+    torch.manual_seed(0)
+    kernel = K.KERNELS[name]({**K.SIZES["tiny"][name], "dropout": 0.0}, torch.device("cpu"))
+    ours, reference = kernel.losses["solo-ext"](), kernel.losses["straightforward"]()
+    assert ours.item() == pytest.approx(reference.item(), rel=1e-5)
+    got = torch.autograd.grad(ours, kernel.inputs, allow_unused=True)
+    want = torch.autograd.grad(reference, kernel.inputs, allow_unused=True)
+    for g, w in zip(got, want):
+        if w is None:
+            assert g is None or not g.any()
+        else:
+            torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-6)
+
+
+def test_tiny_run_prints_and_writes_every_row(tmp_path, capsys):
+    out = tmp_path / "bench.json"
+    result = main(["--tiny", "--pairs", "dscl", "--json", str(out)])
+    rows = result["rows"]
+    kernels = {(r["name"], r["candidate"]) for r in rows if r["kind"] == "kernel"}
+    assert len(kernels) == 3 * len(K.KERNELS)
+    steps = [r for r in rows if r["kind"] == "step"]
+    assert {r["candidate"] for r in steps} == {"dscl", "scl"}
+    for r in rows:
+        assert r["median_s"] > 0
+    floor = next(r for r in rows if r["candidate"] == "floor")
+    assert floor["ratio_vs_floor"] == 1.0
+    scl = next(r for r in steps if r["candidate"] == "scl")
+    assert scl["ratio_vs_reference"] == 1.0
+    assert json.loads(out.read_text())["rows"] == json.loads(json.dumps(rows))
+    printed = capsys.readouterr().out
+    assert "| kernel | dscl loss |" in printed and "x scl |" in printed
