@@ -13,6 +13,8 @@ import lightning.pytorch as pl
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from omegaconf import DictConfig, OmegaConf
 
+from solo_ext.resume import atomic_write_text
+
 
 def new_run_id(logdir: str | Path) -> str:
     """``offline-xxxxxxxx`` not yet used under ``logdir`` (solo-learn's name for local runs)."""
@@ -37,8 +39,8 @@ class ArgsWriter(Callback):
             self.run_dir.mkdir(parents=True, exist_ok=True)
             args = OmegaConf.to_container(self.cfg, resolve=True)
             args["wandb_run_id"] = self.run_id
-            with open(self.run_dir / "args.json", "w") as f:
-                json.dump(args, f, indent=2, default=lambda o: "<not serializable>")
+            text = json.dumps(args, indent=2, default=lambda o: "<not serializable>")
+            atomic_write_text(self.run_dir / "args.json", text)
 
 
 def checkpoint_callbacks(cfg: DictConfig, run_dir: str | Path, run_id: str) -> list[Callback]:

@@ -21,7 +21,7 @@ from torch.utils.data import DataLoader
 
 from solo_ext.checkpoint import checkpoint_callbacks, new_run_id
 from solo_ext.cli import hydra_entry
-from solo_ext.config import ConfigError, check_choice, require
+from solo_ext.config import ConfigError, check_choice, check_range, require
 from solo_ext.data.datasets import (
     IndexedNCrop,
     build_dataset,
@@ -32,6 +32,7 @@ from solo_ext.data.samplers import build_sampler, check_sampler_cfg
 from solo_ext.data.transforms import build_eval_transform, build_pretrain_transform
 from solo_ext.host import BACKBONES, METHODS, omegaconf_select
 from solo_ext.registry import register
+from solo_ext.resume import AtomicCheckpointIO, EpochSeed, find_auto_resume
 
 
 def _num_devices(devices: Any) -> int:
@@ -70,6 +71,12 @@ def parse_cfg(cfg: DictConfig) -> DictConfig:
     cfg.name = omegaconf_select(cfg, "name", cfg.method)
     cfg.seed = omegaconf_select(cfg, "seed", 5)
     cfg.resume_from_checkpoint = omegaconf_select(cfg, "resume_from_checkpoint", None)
+    if cfg.resume_from_checkpoint is not None and not Path(cfg.resume_from_checkpoint).is_file():
+        raise ConfigError(f"resume_from_checkpoint={cfg.resume_from_checkpoint!r}: no such file")
+    cfg.auto_resume = omegaconf_select(cfg, "auto_resume", None) or {}
+    cfg.auto_resume.enabled = bool(omegaconf_select(cfg, "auto_resume.enabled", False))
+    cfg.auto_resume.max_hours = omegaconf_select(cfg, "auto_resume.max_hours", 36)
+    check_range("auto_resume.max_hours", cfg.auto_resume.max_hours, 0, low_open=True)
     cfg.strategy = omegaconf_select(cfg, "strategy", "auto")
     cfg.accelerator = omegaconf_select(cfg, "accelerator", "auto")
     cfg.devices = omegaconf_select(cfg, "devices", 1)
@@ -122,14 +129,16 @@ def build_loaders(cfg: DictConfig) -> tuple[DataLoader, DataLoader | None]:
     train_set = build_dataset(data, "train", transform)
     train = IndexedNCrop(train_set, no_labels=data.no_labels)
     workers = data.num_workers
-    sampler = None
-    if omegaconf_select(cfg, "data.sampler") is not None:  # checked by parse_cfg
-        sampler_args = OmegaConf.to_container(cfg.data.sampler)
-        sampler = build_sampler(sampler_args.pop("name"), train_set.targets, **sampler_args)
+    # always one of solo-ext's samplers (``instance``, a seeded permutation, by default): the
+    # order is a function of (seed, epoch) and the rank, so resumed and distributed runs draw
+    # exactly what an uninterrupted single run would
+    sampler_cfg = omegaconf_select(cfg, "data.sampler")
+    sampler_args = {} if sampler_cfg is None else OmegaConf.to_container(sampler_cfg)
+    sampler_args.setdefault("seed", cfg.seed)
+    sampler = build_sampler(sampler_args.pop("name", "instance"), train_set.targets, **sampler_args)
     train_loader = DataLoader(
         train,
         batch_size=cfg.optimizer.batch_size,
-        shuffle=sampler is None,
         sampler=sampler,
         num_workers=workers,
         pin_memory=torch.cuda.is_available(),
@@ -147,6 +156,7 @@ def build_loaders(cfg: DictConfig) -> tuple[DataLoader, DataLoader | None]:
         shuffle=False,
         num_workers=workers,
         persistent_workers=workers > 0,
+        generator=torch.Generator().manual_seed(cfg.seed),  # leaves the global RNG alone
     )
     return train_loader, val_loader
 
@@ -163,9 +173,17 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         model = model.to(memory_format=torch.channels_last)
 
     logdir = Path(cfg.checkpoint.dir) / cfg.method
-    run_id = new_run_id(logdir)
-    run_dir = logdir / run_id
-    callbacks: list[Any] = []
+    ckpt_path = cfg.resume_from_checkpoint
+    found = find_auto_resume(cfg) if ckpt_path is None and cfg.auto_resume.enabled else None
+    if found is not None:
+        # like solo-learn: the run continues under its id, in its directory
+        print(f"Resuming from {found} (auto_resume)")
+        ckpt_path = str(found)
+        run_id, run_dir = found.parent.name, found.parent
+    else:
+        run_id = new_run_id(logdir)
+        run_dir = logdir / run_id
+    callbacks: list[Any] = [EpochSeed(cfg.seed, train_loader.sampler)]
     if cfg.checkpoint.enabled:
         callbacks += checkpoint_callbacks(cfg, run_dir, run_id)
     if cfg.wandb.enabled:
@@ -189,15 +207,17 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         if k in inspect.signature(pl.Trainer.__init__).parameters
     }
     trainer_kwargs.update(
-        logger=logger, callbacks=callbacks, enable_checkpointing=cfg.checkpoint.enabled
-    )
-    if omegaconf_select(cfg, "data.sampler") is not None:
+        logger=logger,
+        callbacks=callbacks,
+        enable_checkpointing=cfg.checkpoint.enabled,
+        plugins=[AtomicCheckpointIO()],
         # solo-ext's samplers shard by rank themselves; Lightning must not wrap them
-        trainer_kwargs["use_distributed_sampler"] = False
+        use_distributed_sampler=False,
+    )
     trainer = pl.Trainer(**trainer_kwargs)
     # the run directory already holds args.json and the logs when the checkpointer looks at it
     warnings.filterwarnings("ignore", message=r"Checkpoint directory .* exists and is not empty")
-    trainer.fit(model, train_loader, val_loader, ckpt_path=cfg.resume_from_checkpoint)
+    trainer.fit(model, train_loader, val_loader, ckpt_path=ckpt_path)
 
     metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
     result: dict[str, Any] = {"run_dir": str(run_dir), "metrics": metrics, "model": model}

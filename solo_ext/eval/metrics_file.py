@@ -7,6 +7,8 @@ import math
 from pathlib import Path
 from typing import Any
 
+from solo_ext.resume import atomic_write_text
+
 
 def _jsonable(value: Any) -> Any:
     return None if isinstance(value, float) and math.isnan(value) else value
@@ -18,5 +20,5 @@ def update_metrics(out_dir: str | Path, new: dict[str, Any]) -> dict[str, Any]:
     path = Path(out_dir) / "metrics.json"
     metrics = json.loads(path.read_text()) if path.is_file() else {}
     metrics.update({k: _jsonable(v) for k, v in new.items()})
-    path.write_text(json.dumps(metrics, indent=2))
+    atomic_write_text(path, json.dumps(metrics, indent=2))
     return metrics

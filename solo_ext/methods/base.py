@@ -113,6 +113,16 @@ class MomentumQueueMethod(BaseMomentumMethod):
         by the backward pass."""
         self._pending.append((queue, tensors))
 
+    def on_train_start(self) -> None:
+        """Also on resumption: the EMA's tau of the step the run continues at (both hosts
+        otherwise start again from ``base_tau`` until the first update)."""
+        super().on_train_start()
+        if self.trainer.global_step > 0:
+            self.momentum_updater.update_tau(
+                cur_step=self.trainer.global_step,
+                max_steps=self.trainer.estimated_stepping_batches,
+            )
+
     def on_train_batch_end(self, outputs, batch, batch_idx: int) -> None:
         for queue, tensors in self._pending:
             queue.enqueue(*tensors)

@@ -68,6 +68,16 @@ class PBSD(DSCL):
         # its own stream, so that boxes never shift the data augmentation's random numbers
         self.box_generator = torch.Generator().manual_seed(int(cfg.get("seed") or 0))
 
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        super().on_save_checkpoint(checkpoint)
+        checkpoint["pbsd_box_generator"] = self.box_generator.get_state()
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """A resumed run draws the boxes the uninterrupted one would have."""
+        super().on_load_checkpoint(checkpoint)
+        if "pbsd_box_generator" in checkpoint:
+            self.box_generator.set_state(checkpoint["pbsd_box_generator"])
+
     def forward(self, X: torch.Tensor) -> dict[str, Any]:
         """Adds the last feature map (``fmap``) while training, from the same forward pass."""
         if not self.training:

@@ -1,0 +1,151 @@
+"""Exact resumption and safe writes.
+
+- :class:`EpochSeed`: the global RNGs (torch, numpy, random) are reseeded from ``(seed, epoch)``
+  when each training epoch starts, and, when a checkpoint is loaded, for the epoch it resumes
+  at, together with the sampler's epoch (Lightning creates the first iterator of a fit before
+  it calls ``set_epoch``). So a run resumed from an epoch-end checkpoint draws the same batches,
+  augmentations and dropout masks as the uninterrupted run.
+- :func:`find_auto_resume`: solo-learn's ``auto_resume``: the newest checkpoint under
+  ``checkpoint.dir`` whose ``args.json`` matches the run's settings, within ``max_hours``.
+- :func:`atomic_write_text` and :class:`AtomicCheckpointIO`: a temporary file in the same
+  directory, then ``os.replace``; an interrupted write leaves the previous file whole.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.plugins.io import TorchCheckpointIO
+from omegaconf import DictConfig
+
+from solo_ext.host import omegaconf_select
+
+_SEED_STRIDE = 1_000_003
+
+
+def _atomic_write(path: str | Path, write: Callable[[Any], None], mode: str) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, mode) as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def atomic_write_text(path: str | Path, text: str) -> None:
+    """Writes ``text`` to ``path`` through a temporary file and a rename."""
+    _atomic_write(path, lambda f: f.write(text), "w")
+
+
+class AtomicCheckpointIO(TorchCheckpointIO):
+    """Lightning's checkpoint writer, through a temporary file and a rename."""
+
+    def save_checkpoint(self, checkpoint: dict, path, storage_options=None) -> None:
+        if storage_options is not None:
+            raise TypeError(f"storage_options={storage_options!r}: not supported")
+        _atomic_write(path, lambda f: torch.save(checkpoint, f), "wb")
+
+
+def _resumed_epoch(checkpoint: dict) -> int:
+    """The epoch a fit from ``checkpoint`` trains first: the processed epochs (Lightning's own
+    count for the samplers' epoch; an epoch-end checkpoint has processed its epoch)."""
+    loops = checkpoint.get("loops", {}).get("fit_loop", {})
+    try:
+        return int(loops["epoch_progress"]["current"]["processed"])
+    except (KeyError, TypeError):
+        return int(checkpoint.get("epoch", -1)) + 1
+
+
+class EpochSeed(Callback):
+    """Reseeds the global RNGs per epoch; sets the sampler's epoch on resumption."""
+
+    def __init__(self, seed: int, sampler: Any = None):
+        self.seed, self.sampler = int(seed), sampler
+        self._resumed_at: int | None = None
+
+    def reseed(self, epoch: int) -> None:
+        value = (self.seed * _SEED_STRIDE + epoch) % 2**63
+        torch.manual_seed(value)
+        random.seed(value)
+        np.random.seed(value % 2**32)
+
+    def on_load_checkpoint(self, trainer, pl_module, checkpoint: dict) -> None:
+        epoch = _resumed_epoch(checkpoint)
+        self.reseed(epoch)
+        if hasattr(self.sampler, "set_epoch"):
+            self.sampler.set_epoch(epoch)
+        self._resumed_at = epoch
+
+    def on_train_epoch_start(self, trainer, pl_module) -> None:
+        if self._resumed_at == trainer.current_epoch:
+            self._resumed_at = None  # seeded at load time, before the first batch was drawn
+            return
+        self.reseed(trainer.current_epoch)
+
+
+# solo-learn's AutoResumer compares these settings
+SHOULD_MATCH = (
+    "name",
+    "backbone",
+    "method",
+    "data.dataset",
+    "max_epochs",
+    "optimizer.name",
+    "optimizer.batch_size",
+    "optimizer.lr",
+    "optimizer.weight_decay",
+    "wandb.project",
+    "wandb.entity",
+    "pretrained_feature_extractor",
+)
+
+
+def _select(cfg: Any, key: str) -> Any:
+    node = cfg
+    for part in key.split("."):
+        if not isinstance(node, (dict, DictConfig)) or part not in node:
+            return None
+        node = node[part]
+    if isinstance(node, DictConfig):
+        from omegaconf import OmegaConf
+
+        return OmegaConf.to_container(node, resolve=True)
+    return node
+
+
+def find_auto_resume(cfg: DictConfig) -> Path | None:
+    """The newest ``.ckpt`` below ``<checkpoint.dir>/<method>`` younger than
+    ``auto_resume.max_hours`` whose ``args.json`` matches ``cfg`` on :data:`SHOULD_MATCH`."""
+    root = Path(cfg.checkpoint.dir) / cfg.method
+    max_age = float(omegaconf_select(cfg, "auto_resume.max_hours", 36)) * 3600
+    now = time.time()
+    candidates = []
+    for ckpt in root.glob("*/*.ckpt") if root.is_dir() else []:
+        args_file = ckpt.parent / "args.json"
+        age = now - ckpt.stat().st_mtime
+        if age < max_age and args_file.is_file():
+            candidates.append((ckpt.stat().st_mtime, ckpt, args_file))
+    for _, ckpt, args_file in sorted(candidates, reverse=True):
+        try:
+            args = json.loads(args_file.read_text())
+        except (OSError, json.JSONDecodeError):
+            continue
+        if all(_select(args, key) == _select(cfg, key) for key in SHOULD_MATCH):
+            return ckpt
+    return None
