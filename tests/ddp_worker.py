@@ -1,0 +1,195 @@
+"""Run by ``tests/test_distributed.py`` under ``python -m torch.distributed.run --nproc_per_node 2``
+(gloo, CPU). Writes ``rank<r>.pt`` into the output directory:
+
+- ``losses``: for each loss as its method computes it (with the all-gather), this rank's loss
+  and gradients on its half of a fixed 2B batch, next to the single-process loss and gradients
+  of the whole batch;
+- ``runs``: for every registered method, a Lightning DDP fit of a few steps: the queue /
+  support-set buffers, a digest of the momentum weights, and the dataset indexes this rank drew.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+B, D = 4, 8
+
+
+def _inputs(world: int, seed: int = 0) -> dict[str, torch.Tensor]:
+    gen = torch.Generator().manual_seed(seed)
+    n = B * world
+
+    def unit(*shape):
+        return F.normalize(torch.randn(*shape, generator=gen), dim=-1)
+
+    return {
+        "q": unit(n, D),
+        "k": unit(n, D),
+        "queue": unit(16, D),
+        "labels": torch.randint(0, 3, (n,), generator=gen),
+        "queue_labels": torch.randint(-1, 3, (16,), generator=gen),
+        "q_dense": unit(n, 5, D).transpose(1, 2),
+        "k_dense": unit(n, 5, D).transpose(1, 2),
+        "match": torch.randint(0, 5, (n, 5), generator=gen),
+        "p": torch.randn(2, n, D, generator=gen),
+        "c": torch.randn(2, n, D, generator=gen),
+        "proj": torch.randn(2, n, D, generator=gen),
+        "mz": unit(2, n, D),
+        "nn": unit(2, n, 3, D),
+    }
+
+
+def _loss_fns(gather, rank: int, world: int):
+    """Each method's loss on (a slice of) the inputs, the way its training step computes it;
+    returns name -> (function of the inputs, names of the inputs with gradients)."""
+    from solo_ext.losses.all4one import all4one_objective
+    from solo_ext.losses.densecl import densecl_loss
+    from solo_ext.losses.dscl import dscl_loss
+    from solo_ext.modules.centroid_transformer import CentroidTransformer
+
+    torch.manual_seed(0)
+    transformer = CentroidTransformer(D, num_heads=2, dropout=0.0, pos_len=3)
+
+    def dscl(x):  # scl / dscl / pbsd's contrastive part: anchors and keys gathered
+        q, k, labels = gather(x["q"]), gather(x["k"]), gather(x["labels"])
+        return dscl_loss(q, k, x["queue"], labels, x["queue_labels"], beta=8.0, temperature=0.1)
+
+    def densecl(x):  # MoCo-style: the local batch against the shared queues
+        return densecl_loss(
+            x["q"], x["k"], x["queue"], x["q_dense"], x["k_dense"], x["queue"], x["match"], 0.5
+        )[0]
+
+    def all4one(x):
+        b = x["p"].size(1)
+        return all4one_objective(
+            tuple(x["p"]),
+            tuple(x["c"]),
+            tuple(x["proj"]),
+            tuple(x["mz"]),
+            tuple(x["nn"]),
+            transformer,
+            3,
+            0.2,
+            0.1,
+            gather=gather,
+            offset=rank * b,
+        ).total
+
+    return {
+        "dscl": (dscl, ["q", "k"]),
+        "densecl": (densecl, ["q", "q_dense"]),
+        "all4one": (all4one, ["p", "c", "proj"]),
+    }
+
+
+def _slice(x: dict[str, torch.Tensor], rank: int) -> dict[str, torch.Tensor]:
+    """This rank's half of every per-sample input (the queue is shared)."""
+    out = {}
+    for key, value in x.items():
+        if key in ("queue", "queue_labels"):
+            out[key] = value
+        elif key in ("p", "c", "proj", "mz", "nn"):
+            out[key] = value[:, rank * B : (rank + 1) * B]
+        else:
+            out[key] = value[rank * B : (rank + 1) * B]
+    return out
+
+
+def loss_checks(rank: int, world: int) -> dict:
+    from solo_ext.host import gather
+
+    results = {}
+    single = _loss_fns(lambda x: x, 0, 1)  # one process with the whole batch: no gather
+    for name, (fn, grad_keys) in _loss_fns(gather, rank, world).items():
+        full = _inputs(world)
+        for key in grad_keys:
+            full[key] = full[key].clone().requires_grad_()
+        whole = single[name][0](full)
+        whole_grads = torch.autograd.grad(whole, [full[k] for k in grad_keys])
+        local = _slice(_inputs(world), rank)
+        for key in grad_keys:
+            local[key] = local[key].clone().requires_grad_()
+        mine = fn(local)
+        my_grads = torch.autograd.grad(mine, [local[k] for k in grad_keys])
+        results[name] = {
+            "loss": mine.item(),
+            "whole_loss": whole.item(),
+            # DDP averages the ranks' parameter gradients: 1 / world of this rank's input grads
+            "grads": {k: (g / world).detach() for k, g in zip(grad_keys, my_grads)},
+            "whole_grads": _slice({k: g.detach() for k, g in zip(grad_keys, whole_grads)}, rank),
+        }
+    return results
+
+
+def training_runs(out_dir: Path, rank: int) -> dict:
+    from conftest import tiny_cfg
+
+    from solo_ext.data.datasets import IndexedNCrop
+    from solo_ext.pretrain import run
+    from solo_ext.registry import SOLO_EXT_METHODS
+
+    drawn: list[int] = []
+    original = IndexedNCrop.__getitem__
+
+    def recording(self, index):
+        drawn.append(int(index))
+        return original(self, index)
+
+    IndexedNCrop.__getitem__ = recording
+    runs = {}
+    for method in sorted(SOLO_EXT_METHODS):
+        drawn.clear()
+        cfg = tiny_cfg(
+            method,
+            out_dir / "models",
+            **{
+                "strategy": "ddp",
+                "devices": 2,
+                "limit_train_batches": 3,
+                "limit_val_batches": 0,
+                "checkpoint.enabled": False,
+                "method_kwargs.queue_size": 20,  # 2 x 4 per view per step: wraps around
+                "optimizer.batch_size": 4,
+            },
+        )
+        if method == "all4one_ct":
+            cfg.method_kwargs.pred_hidden_dim = 16
+        if method == "densecl":
+            cfg.method_kwargs.warmup_steps = 0
+        print(f"rank {rank}: {method}", flush=True)
+        model = run(cfg)["model"]
+        buffers = {
+            k: v.clone()
+            for k, v in model.state_dict().items()
+            if k.startswith(("queue", "dense_queue"))
+        }
+        momentum = torch.cat([p.flatten() for p in model.momentum_backbone.parameters()])
+        runs[method] = {"buffers": buffers, "momentum": momentum, "drawn": list(drawn)}
+    IndexedNCrop.__getitem__ = original
+    return runs
+
+
+def main() -> None:
+    import faulthandler
+
+    faulthandler.dump_traceback_later(int(os.environ.get("DDP_WORKER_STACKS_AFTER", "600")))
+    out_dir = Path(sys.argv[1])
+    torch.set_num_threads(1)
+    rank = int(os.environ["RANK"])
+    result = {"runs": training_runs(out_dir, rank)}  # Lightning sets up the process group
+    assert dist.is_initialized() and dist.get_backend() == "gloo"
+    result["losses"] = loss_checks(rank, dist.get_world_size())
+    torch.save(result, out_dir / f"rank{rank}.pt")
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("SOLO_EXT_AUTOLOAD", "0")
+    main()

@@ -1,0 +1,64 @@
+"""Two processes on CPU (gloo), started with ``torch.distributed.run`` (see ``ddp_worker.py``):
+losses on a 2 x B split equal those of one 1 x 2B process, and after a few Lightning DDP steps
+every rank holds the same queue / support set and momentum weights, with disjoint data shards."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from solo_ext.registry import SOLO_EXT_METHODS
+
+WORKER = Path(__file__).with_name("ddp_worker.py")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def ranks(tmp_path_factory) -> list[dict]:
+    out = tmp_path_factory.mktemp("ddp")
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node=2",
+        f"--master_port={_free_port()}",
+        str(WORKER),
+        str(out),
+    ]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return [torch.load(out / f"rank{r}.pt", weights_only=False) for r in range(2)]
+
+
+@pytest.mark.parametrize("loss", ["dscl", "densecl", "all4one"])
+def test_two_halves_equal_one_whole_batch(ranks, loss):
+    per_rank = [r["losses"][loss] for r in ranks]
+    mean = sum(r["loss"] for r in per_rank) / 2
+    assert mean == pytest.approx(per_rank[0]["whole_loss"], rel=1e-5)
+    for r in per_rank:
+        for key, grad in r["grads"].items():
+            torch.testing.assert_close(grad, r["whole_grads"][key], rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("method", sorted(SOLO_EXT_METHODS))
+def test_ranks_agree_after_ddp_steps(ranks, method):
+    zero, one = (r["runs"][method] for r in ranks)
+    assert zero["buffers"].keys() == one["buffers"].keys() and zero["buffers"]
+    for key, value in zero["buffers"].items():
+        assert torch.equal(value, one["buffers"][key]), key
+    torch.testing.assert_close(zero["momentum"], one["momentum"])
+    views = 1 if method == "all4one_ct" else 2  # all4one_ct enqueues the first view
+    assert zero["buffers"]["queue.ptr"].item() == (3 * views * 2 * 4) % 20
+    assert zero["drawn"] and not set(zero["drawn"]) & set(one["drawn"])
