@@ -52,6 +52,26 @@ def test_loss_matches_loop_and_teacher_gets_no_gradient(b, boxes, k_size, t):
     assert (student.grad.abs().sum() > 0) == (queue_labels != -1).any()
 
 
+def test_student_gradient_matches_a_differentiable_loop():
+    """d loss / d student against autograd through the per-box equation in float64."""
+    gen = torch.Generator().manual_seed(5)
+    student = _unit(6, 8, gen).double().requires_grad_()
+    teacher, keys, queue = _unit(6, 8, gen), _unit(2, 8, gen), _unit(12, 8, gen)
+    queue_labels = torch.randint(-1, 3, (12,), generator=gen)
+    members = queue[queue_labels != -1].double()
+    ref = 0.0
+    for n in range(6):
+        key = keys[n // 3].double()
+        s_logits = torch.cat([(student[n] @ key)[None], members @ student[n]]) / 0.1
+        t_logits = torch.cat([(teacher[n].double() @ key)[None], members @ teacher[n].double()])
+        ref = ref - (torch.softmax(t_logits / 0.1, 0) * torch.log_softmax(s_logits, 0)).sum()
+    (want,) = torch.autograd.grad(ref / 6, student)
+    (got,) = torch.autograd.grad(
+        pbsd_loss(student, teacher, keys, queue, queue_labels, 0.1), student
+    )
+    torch.testing.assert_close(got.double(), want, rtol=1e-4, atol=1e-6)
+
+
 def test_loss_is_minimal_when_student_equals_teacher():
     gen = torch.Generator().manual_seed(0)
     teacher, keys, queue = _unit(6, 8, gen), _unit(2, 8, gen), _unit(10, 8, gen)

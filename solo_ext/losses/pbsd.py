@@ -15,6 +15,7 @@ from __future__ import annotations
 import torch
 
 EMPTY = -1
+_EXCLUDED = -1e9  # the logit bias of an empty queue slot
 
 
 def pbsd_loss(
@@ -44,14 +45,20 @@ def pbsd_loss(
     with torch.autocast(device_type=student.device.type, enabled=False):
         keys = keys.float().repeat_interleave(boxes, dim=0)
         members = queue.float()
-        empty = (queue_labels == EMPTY)[None, :]
+        bias = torch.where(queue_labels == EMPTY, _EXCLUDED, 0.0).to(members.dtype)
 
-        def logits(z: torch.Tensor) -> torch.Tensor:
-            z = z.float()
-            out = torch.cat([(z * keys).sum(1, keepdim=True), z @ members.T], dim=1)
-            return torch.cat([out[:, :1], out[:, 1:].masked_fill(empty, float("-inf"))], 1)
+        def logits(z: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            """(logit of k_i [N], logits of the queue [N, K]), 1 / t folded into z; empty
+            slots get a bias that no logit survives, in place."""
+            z = z.float() / temperature
+            return (z * keys).sum(dim=1), torch.mm(z, members.T).add_(bias)
 
         with torch.no_grad():
-            target = torch.softmax(logits(teacher.detach()) / temperature, dim=1)
-        log_student = torch.log_softmax(logits(student) / temperature, dim=1)
-        return -(target * log_student.masked_fill(target == 0, 0.0)).sum(dim=1).mean()
+            t_key, t_queue = logits(teacher.detach())
+            t_lse = torch.logaddexp(t_key, t_queue.logsumexp(dim=1))
+            p_key = (t_key - t_lse).exp()
+            p_queue = t_queue.sub_(t_lse[:, None]).exp_()  # the teacher's distribution
+        s_key, s_queue = logits(student)
+        s_lse = torch.logaddexp(s_key, s_queue.logsumexp(dim=1))
+        # -sum_j p_j log softmax(s)_j = lse(s) - sum_j p_j s_j, as the p_j sum to 1
+        return (s_lse - p_key * s_key - (p_queue * s_queue).sum(dim=1)).mean()
