@@ -169,15 +169,15 @@ class All4OneCT(MomentumQueueMethod):
         hits = (neighbours[0].labels[:, 0] == targets)[targets != -1]
         nn_acc = hits.float().mean() if hits.numel() else torch.zeros((), device=hits.device)
         z_std = torch.stack([z.std(dim=0).mean() for z in out["z"][:2]]).mean()
+        losses = {
+            "train_all4one_loss": terms.total,
+            "train_neighbour_loss": terms.neighbour,
+            "train_centroid_loss": terms.centroid,
+            "train_feature_loss": terms.feature,
+        }
+        self.check_finite(losses)
         self.log_dict(
-            {
-                "train_all4one_loss": terms.total,
-                "train_neighbour_loss": terms.neighbour,
-                "train_centroid_loss": terms.centroid,
-                "train_feature_loss": terms.feature,
-                "train_nn_acc": nn_acc,
-                "train_z_std": z_std.detach(),
-            },
+            {**losses, "train_nn_acc": nn_acc, "train_z_std": z_std.detach()},
             on_epoch=True,
             sync_dist=True,
         )

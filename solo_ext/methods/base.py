@@ -108,6 +108,19 @@ class MomentumQueueMethod(BaseMomentumMethod):
         out["z"] = F.normalize(self.momentum_projector(out["feats"]), dim=-1)
         return out
 
+    def check_finite(self, terms: dict[str, torch.Tensor]) -> None:
+        """Stops the run when a loss term is NaN or infinite, naming it, before the backward
+        pass: no NaN reaches the weights, the queues or a checkpoint. One device sync."""
+        values = torch.stack([v.detach().float().reshape(()) for v in terms.values()])
+        if not bool(torch.isfinite(values).all()):
+            bad = ", ".join(
+                f"{name}={float(v):g}" for name, v in zip(terms, values) if not v.isfinite()
+            )
+            raise FloatingPointError(
+                f"non-finite loss at step {self.trainer.global_step}: {bad}; stopped before "
+                "anything was written (lower the lr, or use bf16 or 32-bit precision)"
+            )
+
     def enqueue_after_step(self, queue: LabeledQueue, *tensors: torch.Tensor | None) -> None:
         """``queue.enqueue(*tensors)`` (keys, labels, ...) in on_train_batch_end: queues are read
         by the backward pass."""

@@ -119,6 +119,7 @@ class DenseCL(MomentumQueueMethod):
             queue, valid, t = self.queue.keys, self.queue.valid, self.temperature
             q, k = out["z"], out["momentum_z"]
             loss = (infonce(q[0], k[1], queue, valid, t) + infonce(q[1], k[0], queue, valid, t)) / 2
+            self.check_finite({"train_global_loss": loss})
             self.log_dict(
                 {"train_densecl_loss": loss, "train_global_loss": loss, "densecl_lambda": 0.0},
                 on_epoch=True,
@@ -146,16 +147,13 @@ class DenseCL(MomentumQueueMethod):
             global_terms.append(global_term)
             dense_terms.append(dense_term)
         loss = sum(totals) / 2
-        self.log_dict(
-            {
-                "train_densecl_loss": loss,
-                "train_global_loss": sum(global_terms) / 2,
-                "train_dense_loss": sum(dense_terms) / 2,
-                "densecl_lambda": lam,
-            },
-            on_epoch=True,
-            sync_dist=True,
-        )
+        terms = {
+            "train_densecl_loss": loss,
+            "train_global_loss": sum(global_terms) / 2,
+            "train_dense_loss": sum(dense_terms) / 2,
+        }
+        self.check_finite(terms)
+        self.log_dict({**terms, "densecl_lambda": lam}, on_epoch=True, sync_dist=True)
         keys = torch.cat([gather(k) for k in out["momentum_z"][:2]])
         dense_keys = torch.cat([gather(k) for k in out["momentum_dense_key"][:2]])
         self.enqueue_after_step(self.queue, keys)

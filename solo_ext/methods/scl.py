@@ -50,9 +50,12 @@ class SCL(MomentumQueueMethod):
             + self.contrastive_loss(q2, k1, targets, batch)
         ) / 2
         self.log(f"train_{self.LOSS_NAME}_loss", loss, on_epoch=True, sync_dist=True)
+        terms = {f"train_{self.LOSS_NAME}_loss": loss}
         extra = self.auxiliary_loss(out, batch)
         if extra is not None:
+            terms["train_auxiliary_loss"] = extra
             loss = loss + extra
+        self.check_finite(terms)
         self.enqueue_after_step(self.queue, torch.cat([k1, k2]), torch.cat([targets, targets]))
         return loss + out["loss"]
 
