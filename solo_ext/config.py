@@ -73,3 +73,16 @@ def check_range(
         raise ConfigError(
             f"{key}={value!r}: must be a number {' and '.join(filter(None, [lo, hi]))}"
         )
+
+
+def world_size(cfg: DictConfig) -> int:
+    """Processes of a run: ``devices`` (an int, a list, or solo-learn's "0,1" string) x
+    ``num_nodes``."""
+    devices = cfg.get("devices", 1)
+    if isinstance(devices, int):
+        n = max(devices, 1)
+    elif isinstance(devices, str):
+        n = int(devices) if devices.isdigit() else len(devices.split(","))
+    else:
+        n = len(devices) if devices is not None else 1
+    return n * int(cfg.get("num_nodes") or 1)

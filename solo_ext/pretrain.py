@@ -21,7 +21,7 @@ from torch.utils.data import DataLoader
 
 from solo_ext.checkpoint import checkpoint_callbacks, new_run_id
 from solo_ext.cli import hydra_entry
-from solo_ext.config import ConfigError, check_choice, check_range, require
+from solo_ext.config import ConfigError, check_choice, check_range, require, world_size
 from solo_ext.data.datasets import (
     IndexedNCrop,
     build_dataset,
@@ -33,14 +33,6 @@ from solo_ext.data.transforms import build_eval_transform, build_pretrain_transf
 from solo_ext.host import BACKBONES, METHODS, omegaconf_select
 from solo_ext.registry import register
 from solo_ext.resume import AtomicCheckpointIO, EpochSeed, find_auto_resume
-
-
-def _num_devices(devices: Any) -> int:
-    if isinstance(devices, int):
-        return max(devices, 1)
-    if isinstance(devices, str):
-        return int(devices) if devices.isdigit() else len(devices.split(","))
-    return len(devices) if devices is not None else 1
 
 
 def parse_cfg(cfg: DictConfig) -> DictConfig:
@@ -100,12 +92,20 @@ def parse_cfg(cfg: DictConfig) -> DictConfig:
     augs = cfg.augmentations
     for i in range(len(augs)):
         require(cfg, f"augmentations.{i}.crop_size", f"augmentations.{i}.num_crops")
+    if cfg.backbone.name.startswith("vit"):  # a crop must hold at least one patch
+        patch = omegaconf_select(cfg, "backbone.kwargs.patch_size", 16)
+        for i, aug in enumerate(augs):
+            if aug.crop_size < patch:
+                raise ConfigError(
+                    f"augmentations.{i}.crop_size={aug.crop_size}: smaller than the ViT's "
+                    f"patch size {patch} (backbone.kwargs.patch_size)"
+                )
     big = augs[0].crop_size
     cfg.data.num_large_crops = sum(a.num_crops for a in augs if a.crop_size == big)
     cfg.data.num_small_crops = sum(a.num_crops for a in augs if a.crop_size != big)
 
     # solo-learn's linear scaling rule: lr given for a total batch of 256
-    scale = cfg.optimizer.batch_size * _num_devices(cfg.devices) * cfg.num_nodes / 256
+    scale = cfg.optimizer.batch_size * world_size(cfg) / 256
     cfg.optimizer.lr = cfg.optimizer.lr * scale
     cfg.optimizer.classifier_lr = omegaconf_select(cfg, "optimizer.classifier_lr", 0.1) * scale
     cfg.optimizer.kwargs = omegaconf_select(cfg, "optimizer.kwargs", {})

@@ -7,8 +7,10 @@ from collections.abc import Callable
 from typing import Any
 
 from omegaconf import DictConfig
+from PIL import Image
 from torch.utils.data import Dataset
 from torchvision import datasets as tvd
+from torchvision.datasets.folder import IMG_EXTENSIONS
 
 from solo_ext.config import ConfigError, check_choice, check_range, fill_section
 from solo_ext.data import lt_datasets as lt
@@ -29,6 +31,45 @@ _CIFAR_DIRS = {"cifar10": "cifar-10-batches-py", "cifar100": "cifar-100-python"}
 
 def _class_folders(path: str) -> list[str]:
     return sorted(e.name for e in os.scandir(path) if e.is_dir())
+
+
+BAD_IMAGE_MODES = ("error", "skip", "off")
+
+
+def _check_class_folders(key: str, path: str) -> None:
+    """Every class folder holds at least one image file (torchvision would stop later)."""
+    for name in _class_folders(path):
+        folder = os.path.join(path, name)
+        if not any(
+            f.is_file() and f.name.lower().endswith(IMG_EXTENSIONS) for f in os.scandir(folder)
+        ):
+            raise ConfigError(f"{key}={path!r}: class folder {name!r} has no image files")
+
+
+def _image_folder(path: str, mode: str, key: str, transform: Callable | None = None):
+    """torchvision's ImageFolder, with the files PIL cannot open handled as ``mode`` says."""
+    folder = tvd.ImageFolder(path, transform=transform)
+    if mode == "off":
+        return folder
+    readable = []
+    for sample in folder.samples:
+        try:
+            with Image.open(sample[0]) as img:
+                img.size  # noqa: B018  (the header is parsed)
+        except (OSError, SyntaxError) as err:
+            if mode == "error":
+                raise ConfigError(
+                    f"{key}={path!r}: unreadable image {sample[0]!r} ({type(err).__name__}); "
+                    "set data.bad_images=skip to leave such files out"
+                ) from None
+            continue
+        readable.append(sample)
+    skipped = len(folder.samples) - len(readable)
+    if skipped:
+        print(f"{key}={path!r}: skipped {skipped} unreadable image(s) (data.bad_images=skip)")
+        folder.samples = folder.imgs = readable
+        folder.targets = [t for _, t in readable]
+    return folder
 
 
 def _cifar_name(dataset: str) -> str | None:
@@ -64,12 +105,16 @@ def check_data_cfg(cfg: DictConfig) -> DictConfig:
         "download": False,
         "many_threshold": 100,
         "few_threshold": 20,
+        # image folders: files PIL cannot open stop the start ("error"), are left out and
+        # counted ("skip"), or are not looked for ("off")
+        "bad_images": "error",
     }
     if dataset in LONG_TAILED:
         defaults.update(imbalance_factor=100 if dataset != "synthetic_lt" else 10, lt_seed=0)
     for key, value in defaults.items():
         data[key] = omegaconf_select(cfg, f"data.{key}", value)
     check_choice("data.format", data.format, ("image_folder",))
+    check_choice("data.bad_images", data.bad_images, BAD_IMAGE_MODES)
     if data.fraction not in (-1, 1, 1.0):
         raise ConfigError(
             f"data.fraction={data.fraction!r}: solo-ext trains on whole datasets; "
@@ -116,6 +161,9 @@ def check_data_cfg(cfg: DictConfig) -> DictConfig:
         expected = len(_class_folders(data.train_path))
         if expected == 0:
             raise ConfigError(f"data.train_path={data.train_path!r}: no class folders")
+        for key in ("train_path", "val_path"):
+            if data[key] is not None:
+                _check_class_folders(f"data.{key}", data[key])
         if dataset == "custom_lt":
             data.lt_n_max = omegaconf_select(cfg, "data.lt_n_max", None)
     given = omegaconf_select(cfg, "data.num_classes", None)
@@ -171,16 +219,19 @@ def build_dataset(data: DictConfig, split: str, transform: Callable | None) -> D
         if not dataset.endswith("_lt"):
             return base
         return _long_tailed(data, split, base, base.targets, base.classes, n_max, transform)
+    key = "data.train_path" if split == "train" else "data.val_path"
     if dataset == "custom_lt":
-        base = tvd.ImageFolder(path)
+        base = _image_folder(path, data.bad_images, key)
         n_max = data.lt_n_max
         if n_max is None:  # the largest profile every class of the source can fill
             train_targets = (
-                base.targets if split == "train" else tvd.ImageFolder(data.train_path).targets
+                base.targets
+                if split == "train"
+                else _image_folder(data.train_path, data.bad_images, "data.train_path").targets
             )
             n_max = min(train_targets.count(c) for c in range(data.num_classes))
         return _long_tailed(data, split, base, base.targets, base.classes, n_max, transform)
-    return tvd.ImageFolder(path, transform=transform)
+    return _image_folder(path, data.bad_images, key, transform)
 
 
 def _long_tailed(

@@ -27,6 +27,13 @@ def load_for_eval(cfg: DictConfig) -> tuple[nn.Module, DictConfig, Path]:
     if run_dir is None and ckpt is None:
         raise ConfigError("pretrained_checkpoint_dir is missing (the run directory to evaluate)")
     backbone, pre_cfg, ckpt_path = load_run(run_dir or Path(ckpt).parent)
+    for key in ("method", "backbone.name"):  # named in the evaluation config: must agree
+        given = OmegaConf.select(cfg, key, default=None)
+        trained = OmegaConf.select(pre_cfg, key, default=None)
+        if given is not None and given != trained:
+            raise ConfigError(
+                f"{key}={given!r}: the checkpoint {str(ckpt_path)!r} was trained with {trained!r}"
+            )
     overrides = OmegaConf.select(cfg, "data", default=None) or {}
     pre_cfg.data = OmegaConf.merge(pre_cfg.data, overrides)
     OmegaConf.set_struct(pre_cfg, False)

@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from omegaconf import DictConfig
 
-from solo_ext.config import check_range, fill_section
+from solo_ext.config import ConfigError, check_range, fill_section, world_size
 from solo_ext.eval.knn_classifier import LongTailKNN
 from solo_ext.host import BaseMomentumMethod, initialize_momentum_params, omegaconf_select
 from solo_ext.modules import LabeledQueue, build_mlp
@@ -71,6 +71,12 @@ class MomentumQueueMethod(BaseMomentumMethod):
         check_range("method_kwargs.temperature", kw.temperature, 0, low_open=True)
         for key in ("proj_hidden_dim", "proj_output_dim", "queue_size"):
             check_range(f"method_kwargs.{key}", kw[key], 1)
+        gathered = cfg.optimizer.batch_size * world_size(cfg)
+        if kw.queue_size < gathered:
+            raise ConfigError(
+                f"method_kwargs.queue_size={kw.queue_size}: smaller than the gathered batch "
+                f"({gathered} = optimizer.batch_size x processes)"
+            )
 
     @classmethod
     def add_and_assert_specific_cfg(cls, cfg: DictConfig) -> DictConfig:

@@ -1,0 +1,173 @@
+"""The table of malformed inputs: each fails before any training or writing, with one line that
+names the key or file and the value, and leaves the checkpoint directory as it was."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from conftest import eval_cfg, tiny_cfg
+from PIL import Image
+
+from solo_ext import knn
+from solo_ext.config import ConfigError
+from solo_ext.pretrain import run
+
+
+def _folders(root: Path, classes: dict[str, int], bad: str | None = None) -> str:
+    """An ImageFolder with ``classes[name]`` small PNGs per class (``bad``: one garbage file)."""
+    for name, n in classes.items():
+        (root / name).mkdir(parents=True, exist_ok=True)
+        for i in range(n):
+            Image.new("RGB", (8, 8), (i * 40 % 255, 0, 0)).save(root / name / f"{i}.png")
+    if bad:
+        (root / bad / "broken.png").write_bytes(b"this is not an image")
+    return str(root)
+
+
+def _custom(root: Path, **kw) -> dict:
+    train = _folders(root / "train", {"a": 2, "b": 2}, **kw)
+    return {"data.dataset": "custom", "data.train_path": train, "data.num_classes": 2}
+
+
+def _split_file(root: Path) -> dict:
+    (root / "ImageNet_LT_train.txt").write_text("train/a/0.jpg 0\nthis line is wrong\n")
+    (root / "ImageNet_LT_test.txt").write_text("val/a/0.jpg 0\n")
+    return {"data.dataset": "imagenet_lt", "data.train_path": str(root)}
+
+
+VIT = {"name": "vit_tiny", "kwargs": {"img_size": 32, "patch_size": 8}}
+
+# (id, method, overrides or a function of a scratch directory giving them, expected text)
+CASES = [
+    ("unknown method", "scl", {"method": "simclr_typo"}, "method='simclr_typo'"),
+    ("unknown backbone", "scl", {"backbone.name": "resnet7"}, "backbone.name='resnet7'"),
+    ("unknown dataset", "scl", {"data.dataset": "imagenet_typo"}, "data.dataset='imagenet_typo'"),
+    ("unknown sampler", "scl", {"data.sampler": {"name": "sqr"}}, "data.sampler.name='sqr'"),
+    ("unknown optimizer", "scl", {"optimizer.name": "sgdd"}, "optimizer.name='sgdd'"),
+    ("alpha above 1", "dscl", {"method_kwargs.alpha": 1.5}, "method_kwargs.alpha=1.5"),
+    ("negative beta", "dscl", {"method_kwargs.beta": -2.0}, "method_kwargs.beta=-2.0"),
+    ("zero temperature", "scl", {"method_kwargs.temperature": 0.0}, "temperature=0.0"),
+    ("negative temperature", "densecl", {"method_kwargs.temperature": -0.2}, "temperature=-0.2"),
+    ("queue below batch", "scl", {"method_kwargs.queue_size": 4}, "queue_size=4: smaller"),
+    ("k above support set", "all4one_ct", {"method_kwargs.k": 65}, "method_kwargs.k=65"),
+    ("imbalance below 1", "scl", {"data.imbalance_factor": 0.5}, "imbalance_factor=0.5"),
+    (
+        "empty class folder",
+        "scl",
+        lambda r: _custom(r) | {"data.train_path": _folders(r / "e", {"a": 2, "b": 0})},
+        "class folder 'b' has no image files",
+    ),
+    ("unreadable image", "scl", lambda r: _custom(r, bad="a"), "unreadable image"),
+    ("bad split file line", "scl", _split_file, "this line is wrong"),
+    (
+        "num_classes mismatch",
+        "scl",
+        lambda r: _custom(r) | {"data.num_classes": 5},
+        "data.num_classes=5: the data has 2 classes",
+    ),
+    (
+        "box scale above 1",
+        "pbsd",
+        {"method_kwargs.box_scale": [0.1, 1.5]},
+        "method_kwargs.box_scale",
+    ),
+    ("box scale zero", "pbsd", {"method_kwargs.box_scale": [0.0, 0.5]}, "method_kwargs.box_scale"),
+    (
+        "crop below patch",
+        "scl",
+        {"backbone": VIT, "augmentations.0.crop_size": 4},
+        "augmentations.0.crop_size=4",
+    ),
+    (
+        "missing data path",
+        "scl",
+        lambda r: {"data.dataset": "custom", "data.train_path": str(r / "nope")},
+        "nope",
+    ),
+    (
+        "typo in method_kwargs",
+        "dscl",
+        {"method_kwargs.temprature": 0.1},
+        "did you mean 'temperature'",
+    ),
+    (
+        "typo in data.sampler",
+        "scl",
+        {"data.sampler": {"name": "sqrt", "pwer": 1}},
+        "data.sampler.pwer=1",
+    ),
+    (
+        "missing resume checkpoint",
+        "scl",
+        {"resume_from_checkpoint": "/nope/x.ckpt"},
+        "resume_from_checkpoint='/nope/x.ckpt'",
+    ),
+    ("auto_resume hours", "scl", {"auto_resume.max_hours": 0}, "auto_resume.max_hours=0"),
+    ("bad_images mode", "scl", {"data.bad_images": "ignore"}, "data.bad_images='ignore'"),
+    ("heads not dividing", "all4one_ct", {"method_kwargs.num_heads": 3}, "num_heads=3"),
+    ("densecl lambda", "densecl", {"method_kwargs.lambda": 2.0}, "method_kwargs.lambda=2.0"),
+]
+
+
+def _listing(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in root.rglob("*") if p.is_file()}
+
+
+def test_the_table_is_long_enough():
+    assert len(CASES) >= 20
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_bad_input_fails_first_in_one_line(case, tmp_path):
+    _, method, overrides, text = case
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    if callable(overrides):
+        overrides = overrides(scratch)
+    ckpt_dir = tmp_path / "trained_models"
+    (ckpt_dir / method).mkdir(parents=True)
+    (ckpt_dir / method / "earlier-run.txt").write_text("earlier work")
+    before = _listing(ckpt_dir)
+    cfg = tiny_cfg(method, tmp_path, **overrides)
+    with pytest.raises(ConfigError) as info:
+        run(cfg)
+    message = str(info.value)
+    assert text in message, message
+    assert "\n" not in message
+    assert _listing(ckpt_dir) == before  # nothing written, nothing lost
+
+
+def test_skip_mode_leaves_unreadable_images_out(tmp_path, capsys):
+    overrides = _custom(tmp_path, bad="a") | {
+        "data.bad_images": "skip",
+        "checkpoint.enabled": False,
+        "limit_train_batches": 1,
+        "limit_val_batches": 0,
+        "optimizer.batch_size": 2,
+        "method_kwargs.queue_size": 8,
+    }
+    run(tiny_cfg("scl", tmp_path, **overrides))
+    assert "skipped 1 unreadable image(s)" in capsys.readouterr().out
+
+
+@pytest.fixture(scope="module")
+def trained_run(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("eval")
+    cfg = tiny_cfg("scl", root, limit_train_batches=1, limit_val_batches=0)
+    return Path(run(cfg)["run_dir"])
+
+
+@pytest.mark.parametrize(
+    "key,value,text",
+    [
+        ("backbone.name", "resnet50", "backbone.name='resnet50': the checkpoint"),
+        ("method", "dscl", "method='dscl': the checkpoint"),
+    ],
+)
+def test_evaluation_rejects_a_checkpoint_of_another_kind(trained_run, key, value, text):
+    before = _listing(trained_run)
+    with pytest.raises(ConfigError) as info:
+        knn.run(eval_cfg("knn", trained_run, **{key: value}))
+    assert text in str(info.value) and "\n" not in str(info.value)
+    assert _listing(trained_run) == before
