@@ -8,6 +8,7 @@ in one line before any data is built or anything is written.
 
 from __future__ import annotations
 
+import difflib
 import inspect
 import warnings
 from pathlib import Path
@@ -34,11 +35,30 @@ from solo_ext.host import BACKBONES, METHODS, omegaconf_select
 from solo_ext.registry import register
 from solo_ext.resume import AtomicCheckpointIO, EpochSeed, find_auto_resume
 
+# top-level keys of solo-learn's pretraining configs (Lightning's Trainer arguments also pass)
+KNOWN_KEYS = {
+    "name", "method", "backbone", "method_kwargs", "momentum", "data", "augmentations",
+    "optimizer", "scheduler", "checkpoint", "auto_resume", "auto_umap", "knn_eval", "wandb",
+    "performance", "dali", "seed", "resume_from_checkpoint", "debug_augmentations", "hydra",
+    "pretrained_feature_extractor", "num_crops", "defaults",
+}  # fmt: skip
+
+
+def warn_unknown_keys(cfg: DictConfig) -> None:
+    """Unknown top-level keys warn (unknown ``method_kwargs`` / ``data.sampler`` keys fail)."""
+    trainer_args = set(inspect.signature(pl.Trainer.__init__).parameters)
+    for key in cfg:
+        if key not in KNOWN_KEYS and key not in trainer_args:
+            hint = difflib.get_close_matches(str(key), sorted(KNOWN_KEYS | trainer_args), n=1)
+            close = f" (did you mean {hint[0]!r}?)" if hint else ""
+            warnings.warn(f"config key {key!r} is not used by solo-ext{close}", stacklevel=2)
+
 
 def parse_cfg(cfg: DictConfig) -> DictConfig:
     """Fills solo-learn's pretraining defaults and checks everything a run needs."""
     OmegaConf.set_struct(cfg, False)
     register()
+    warn_unknown_keys(cfg)
     require(
         cfg,
         "method",

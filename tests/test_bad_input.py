@@ -171,3 +171,12 @@ def test_evaluation_rejects_a_checkpoint_of_another_kind(trained_run, key, value
         knn.run(eval_cfg("knn", trained_run, **{key: value}))
     assert text in str(info.value) and "\n" not in str(info.value)
     assert _listing(trained_run) == before
+
+
+def test_unknown_top_level_key_warns(make_cfg):
+    from solo_ext.pretrain import parse_cfg
+
+    with pytest.warns(
+        UserWarning, match="'max_epoch' is not used by solo-ext .did you mean 'max_epochs'"
+    ):
+        parse_cfg(make_cfg("scl", max_epoch=3))
