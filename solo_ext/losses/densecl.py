@@ -13,6 +13,9 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from solo_ext.losses.queue_lse import queue_logsumexp
+from solo_ext.losses.scl import _EXCLUDED
+
 
 def dense_correspondence(query_feats: torch.Tensor, key_feats: torch.Tensor) -> torch.Tensor:
     """For each query location, the key location of highest cosine similarity.
@@ -35,15 +38,15 @@ def infonce(
     """Mean InfoNCE of normalised q [N, D] with positives k [N, D] and negatives queue [K, D]
     (``valid`` [K] masks empty slots); float32 under autocast.
 
-    The [N, K] negatives are one matmul, scaled and masked in place; the positive joins them
-    through ``logaddexp`` instead of a concatenated copy of the logits."""
+    The [N, K] negatives live in one buffer (:func:`queue_logsumexp`); the positive joins
+    them as one more logit instead of a concatenated copy of the logits."""
     if temperature <= 0:
         raise ValueError(f"temperature={temperature}: must be > 0")
     with torch.autocast(device_type=q.device.type, enabled=False):
-        q, k, queue = q.float(), k.float(), queue.float()
-        positive = (q * k).sum(dim=1) / temperature
-        negative = torch.mm(q, queue.T).div_(temperature).masked_fill_(~valid, float("-inf"))
-        return (torch.logaddexp(positive, negative.logsumexp(dim=1)) - positive).mean()
+        qs, k, queue = q.float() / temperature, k.float(), queue.float()
+        positive = (qs * k).sum(dim=1)
+        bias = torch.where(valid, 0.0, _EXCLUDED).to(qs.dtype)
+        return (queue_logsumexp(qs, queue, bias, extra=positive) - positive).mean()
 
 
 def densecl_loss(

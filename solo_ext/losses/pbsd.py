@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import torch
 
+from solo_ext.losses.queue_lse import queue_logsumexp
+
 EMPTY = -1
 _EXCLUDED = -1e9  # the logit bias of an empty queue slot
 
@@ -48,17 +50,18 @@ def pbsd_loss(
         bias = torch.where(queue_labels == EMPTY, _EXCLUDED, 0.0).to(members.dtype)
 
         def logits(z: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-            """(logit of k_i [N], logits of the queue [N, K]), 1 / t folded into z; empty
-            slots get a bias that no logit survives, in place."""
-            z = z.float() / temperature
-            return (z * keys).sum(dim=1), torch.mm(z, members.T).add_(bias)
+            """(z / t, its logit of k_i [N]), 1 / t folded into z."""
+            zs = z.float() / temperature
+            return zs, (zs * keys).sum(dim=1)
 
         with torch.no_grad():
-            t_key, t_queue = logits(teacher.detach())
+            ts, t_key = logits(teacher.detach())
+            t_queue = torch.mm(ts, members.T).add_(bias)
             t_lse = torch.logaddexp(t_key, t_queue.logsumexp(dim=1))
             p_key = (t_key - t_lse).exp()
             p_queue = t_queue.sub_(t_lse[:, None]).exp_()  # the teacher's distribution
-        s_key, s_queue = logits(student)
-        s_lse = torch.logaddexp(s_key, s_queue.logsumexp(dim=1))
+            p_members = p_queue @ members  # sum_j p_j m_j: the student's logits never materialise
+        ss, s_key = logits(student)
+        s_lse = queue_logsumexp(ss, members, bias, extra=s_key)
         # -sum_j p_j log softmax(s)_j = lse(s) - sum_j p_j s_j, as the p_j sum to 1
-        return (s_lse - p_key * s_key - (p_queue * s_queue).sum(dim=1)).mean()
+        return (s_lse - p_key * s_key - (ss * p_members).sum(dim=1)).mean()

@@ -15,6 +15,8 @@ from typing import NamedTuple
 
 import torch
 
+from solo_ext.losses.queue_lse import queue_logsumexp
+
 EMPTY = -1
 _EXCLUDED = -1e9  # the logit bias of an empty queue slot
 
@@ -47,8 +49,9 @@ def positive_terms(
             such a column is left out of the contrast set, except as the anchor's own k_i).
         num_classes: labels are < num_classes; given, no device sync is needed.
 
-    Cost: the queue block [B, K] is one matmul (the 1 / t folded into q), shifted in place
-    by a per-column bias that removes empty slots, and one logsumexp; the same-class sums over
+    Cost: the queue block [B, K] is one matmul (the 1 / t folded into q) inside
+    :func:`queue_logsumexp` (one buffer, one exp per entry; a per-column bias removes empty
+    slots); the same-class sums over
     the queue are q_i . (sum of the class's keys) / t, from a [C, D] per-class sum of the keys,
     so no [B, K] mask, copy or gather is made. The small block [B, 2B] (queries, keys) uses
     masks.
@@ -73,10 +76,8 @@ def positive_terms(
         # no 0 * inf reaches the gradients)
         queue_valid = queue_labels != EMPTY
         bias = torch.where(queue_valid, 0.0, _EXCLUDED).to(qs.dtype)
-        big = torch.mm(qs, queue.T).add_(bias)
-        lse = torch.logaddexp(
-            small.masked_fill(~in_small, float("-inf")).logsumexp(dim=1), big.logsumexp(dim=1)
-        )
+        small_lse = small.masked_fill(~in_small, float("-inf")).logsumexp(dim=1)
+        lse = queue_logsumexp(qs, queue, bias, extra=small_lse)
         # same-class sums over the queue: per-class sums of the keys; empty slots go to an
         # extra class that no anchor reads
         if num_classes is None:

@@ -1,0 +1,65 @@
+"""The log-sum-exp of a batch against a queue, with one [B, K] buffer and one exp per entry.
+
+``torch.logsumexp`` on ``q @ queue.T`` keeps the logits for its backward and computes their
+exponentials twice (forward and backward), plus a copy per masking or scaling step. Profiles of
+the DenseCL step (its dense term is [B * S^2, 65536]) put those exponentials and copies at about
+half the loss's time on CPU. Here the forward turns the logits buffer into exp(logit - max) in
+place and keeps it; the backward scales the same buffer into the softmax and multiplies it back
+through the queue.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+class _QueueLogSumExp(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, qs, queue, bias, extra):
+        buf = torch.mm(qs, queue.T)
+        if bias is not None:
+            buf.add_(bias)
+        top = buf.amax(dim=1)
+        if extra is not None:
+            top = torch.maximum(top, extra)
+        top = torch.where(torch.isfinite(top), top, torch.zeros_like(top))
+        buf.sub_(top[:, None]).exp_()
+        total = buf.sum(dim=1)
+        if extra is not None:
+            total = total + (extra - top).exp()
+        lse = top + total.log()
+        ctx.save_for_backward(qs, queue, buf, top, lse, extra)
+        ctx.used = False
+        return lse
+
+    @staticmethod
+    def backward(ctx, grad):
+        if ctx.used:
+            raise RuntimeError("queue_logsumexp: its backward reuses a buffer; run it only once")
+        ctx.used = True
+        qs, queue, buf, top, lse, extra = ctx.saved_tensors
+        # softmax = exp(logit - top) * exp(top - lse), times the incoming gradient, in place
+        probs = buf.mul_((grad * (top - lse).exp())[:, None])
+        grad_qs = probs @ queue if ctx.needs_input_grad[0] else None
+        grad_queue = probs.T @ qs if ctx.needs_input_grad[1] else None
+        grad_extra = grad * (extra - lse).exp() if ctx.needs_input_grad[3] else None
+        return grad_qs, grad_queue, None, grad_extra
+
+
+def queue_logsumexp(
+    qs: torch.Tensor,
+    queue: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    extra: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """lse_i = log( exp(extra_i) + sum_j exp(qs_i . queue_j + bias_j) ), float32.
+
+    Args:
+        qs: [B, D] queries, the temperature already folded in (q / t).
+        queue: [K, D] keys; bias: [K] added to every row (a large negative value removes a
+            column; it carries no gradient); extra: [B] one more logit per row (the positive,
+            or the log-sum-exp of other columns), or None.
+    """
+    if queue.size(0) == 0:
+        return extra if extra is not None else qs.new_full((qs.size(0),), float("-inf"))
+    return _QueueLogSumExp.apply(qs, queue, bias, extra)
