@@ -8,8 +8,10 @@ each method, then again), so that drifts of the machine hit every method alike.
 
 from __future__ import annotations
 
+import logging
 import statistics
 import time
+import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -117,6 +119,8 @@ def _batches(n: int, batch_size: int) -> DataLoader:
 
 def time_steps(cfg: DictConfig, steps: int, warmup: int, device: torch.device) -> StepResult:
     """One short fit: ``warmup + steps + 1`` steps, the last ``steps`` intervals are kept."""
+    logging.getLogger("lightning.pytorch").setLevel(logging.WARNING)
+    warnings.filterwarnings("ignore", module="lightning")
     pl.seed_everything(0, workers=False, verbose=False)
     model = METHODS[cfg.method](cfg).to(memory_format=torch.channels_last)
     clock = _StepClock(device)

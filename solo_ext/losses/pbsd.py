@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-from solo_ext.losses.queue_lse import queue_logsumexp
+from solo_ext.losses.queue_lse import queue_logsumexp, queue_softmax
 
 EMPTY = -1
 _EXCLUDED = -1e9  # the logit bias of an empty queue slot
@@ -54,12 +54,9 @@ def pbsd_loss(
             zs = z.float() / temperature
             return zs, (zs * keys).sum(dim=1)
 
-        with torch.no_grad():
+        with torch.no_grad():  # the teacher's distribution over [k_i, queue]
             ts, t_key = logits(teacher.detach())
-            t_queue = torch.mm(ts, members.T).add_(bias)
-            t_lse = torch.logaddexp(t_key, t_queue.logsumexp(dim=1))
-            p_key = (t_key - t_lse).exp()
-            p_queue = t_queue.sub_(t_lse[:, None]).exp_()  # the teacher's distribution
+            p_key, p_queue = queue_softmax(ts, members, bias, extra=t_key)
             p_members = p_queue @ members  # sum_j p_j m_j: the student's logits never materialise
         ss, s_key = logits(student)
         s_lse = queue_logsumexp(ss, members, bias, extra=s_key)

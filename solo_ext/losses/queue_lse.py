@@ -12,22 +12,36 @@ from __future__ import annotations
 
 import torch
 
+# On CPU, exp of arguments below about -87 (float32 denormals and empty slots) takes a slow
+# path, up to 30x slower; such terms are below 1e-35 of the largest and cannot change a float32
+# sum, so their arguments are clamped first.
+_CPU_EXP_FLOOR = -80.0
+
+
+@torch.no_grad()
+def _exp_buffer(qs, queue, bias, extra):
+    """(exp(logits - top) [B, K] in one buffer, top [B], lse [B])."""
+    buf = torch.mm(qs, queue.T)
+    if bias is not None:
+        buf.add_(bias)
+    top = buf.amax(dim=1)
+    if extra is not None:
+        top = torch.maximum(top, extra)
+    top = torch.where(torch.isfinite(top), top, torch.zeros_like(top))
+    buf.sub_(top[:, None])
+    if buf.device.type == "cpu":
+        buf.clamp_(min=_CPU_EXP_FLOOR)
+    buf.exp_()
+    total = buf.sum(dim=1)
+    if extra is not None:
+        total = total + (extra - top).exp()
+    return buf, top, top + total.log()
+
 
 class _QueueLogSumExp(torch.autograd.Function):
     @staticmethod
     def forward(ctx, qs, queue, bias, extra):
-        buf = torch.mm(qs, queue.T)
-        if bias is not None:
-            buf.add_(bias)
-        top = buf.amax(dim=1)
-        if extra is not None:
-            top = torch.maximum(top, extra)
-        top = torch.where(torch.isfinite(top), top, torch.zeros_like(top))
-        buf.sub_(top[:, None]).exp_()
-        total = buf.sum(dim=1)
-        if extra is not None:
-            total = total + (extra - top).exp()
-        lse = top + total.log()
+        buf, top, lse = _exp_buffer(qs, queue, bias, extra)
         ctx.save_for_backward(qs, queue, buf, top, lse, extra)
         ctx.used = False
         return lse
@@ -63,3 +77,20 @@ def queue_logsumexp(
     if queue.size(0) == 0:
         return extra if extra is not None else qs.new_full((qs.size(0),), float("-inf"))
     return _QueueLogSumExp.apply(qs, queue, bias, extra)
+
+
+@torch.no_grad()
+def queue_softmax(
+    qs: torch.Tensor,
+    queue: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    extra: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The softmax over [extra, queue] of the same logits, without gradient: (p_extra [B],
+    p_queue [B, K]), the latter in one buffer."""
+    if queue.size(0) == 0:
+        return torch.ones(qs.size(0), device=qs.device), qs.new_zeros(qs.size(0), 0)
+    buf, top, lse = _exp_buffer(qs, queue, bias, extra)
+    p_queue = buf.mul_((top - lse).exp()[:, None])
+    p_extra = (extra - lse).exp() if extra is not None else None
+    return p_extra, p_queue
