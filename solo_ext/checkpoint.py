@@ -46,7 +46,7 @@ class ArgsWriter(Callback):
 def checkpoint_callbacks(cfg: DictConfig, run_dir: str | Path, run_id: str) -> list[Callback]:
     """Lightning's ModelCheckpoint with solo-learn's file names, plus the ``args.json`` writer."""
     ckpt = ModelCheckpoint(
-        dirpath=run_dir,
+        dirpath=str(run_dir),  # a str: checkpoints stay loadable with weights_only
         filename=f"{cfg.name}-{run_id}-ep={{epoch}}",
         auto_insert_metric_name=False,
         every_n_epochs=cfg.checkpoint.frequency,

@@ -61,6 +61,12 @@ class AtomicCheckpointIO(TorchCheckpointIO):
             raise TypeError(f"storage_options={storage_options!r}: not supported")
         _atomic_write(path, lambda f: torch.save(checkpoint, f), "wb")
 
+    def load_checkpoint(self, path, map_location=None, weights_only=None, **kwargs) -> dict:
+        """A full training checkpoint of this run (optimizer, loops, callbacks), so not the
+        weights-only unpickler that torch >= 2.6 defaults to (lightning 2.1, which solo-learn
+        pins, does not ask for it)."""
+        return torch.load(path, map_location=map_location, weights_only=bool(weights_only))
+
 
 def _resumed_epoch(checkpoint: dict) -> int:
     """The epoch a fit from ``checkpoint`` trains first: the processed epochs (Lightning's own

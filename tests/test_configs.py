@@ -41,6 +41,7 @@ def _data_overrides(dataset: str, root: Path) -> list[str]:
         for split in ("train", "val"):
             for c in range(100):
                 (root / split / f"class{c:03d}").mkdir(parents=True)
+                (root / split / f"class{c:03d}" / "0.jpg").touch()  # not read by parse_cfg
         return [f"data.train_path={root / 'train'}", f"data.val_path={root / 'val'}"]
     return []
 

@@ -121,7 +121,7 @@ def time_steps(cfg: DictConfig, steps: int, warmup: int, device: torch.device) -
     """One short fit: ``warmup + steps + 1`` steps, the last ``steps`` intervals are kept."""
     logging.getLogger("lightning.pytorch").setLevel(logging.WARNING)
     warnings.filterwarnings("ignore", module="lightning")
-    pl.seed_everything(0, workers=False, verbose=False)
+    torch.manual_seed(0)  # (lightning 2.1, which solo-learn pins, has no quiet seed_everything)
     model = METHODS[cfg.method](cfg).to(memory_format=torch.channels_last)
     clock = _StepClock(device)
     trainer = pl.Trainer(
