@@ -67,6 +67,7 @@ def step_cfg(method: str, kwargs: dict, batch_size: int, device: str, tiny: bool
             "method": method,
             "backbone": {"name": "resnet18"},
             "method_kwargs": method_kwargs,
+            "momentum": {"base_tau": 0.99, "final_tau": 1.0},  # solo-learn's methods need it
             "data": {
                 "dataset": "cifar10",
                 "train_path": ".",
