@@ -160,6 +160,9 @@ def build_loaders(cfg: DictConfig) -> tuple[DataLoader, DataLoader | None]:
         train,
         batch_size=cfg.optimizer.batch_size,
         sampler=sampler,
+        # the workers' base seed comes from here, not from the global RNG (reseeded per epoch
+        # by EpochSeed), so creating an iterator never shifts the augmentations' random stream
+        generator=torch.Generator().manual_seed(cfg.seed),
         num_workers=workers,
         pin_memory=torch.cuda.is_available(),
         drop_last=True,
@@ -203,7 +206,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     else:
         run_id = new_run_id(logdir)
         run_dir = logdir / run_id
-    callbacks: list[Any] = [EpochSeed(cfg.seed, train_loader.sampler)]
+    callbacks: list[Any] = [EpochSeed(cfg.seed, train_loader.sampler, train_loader.generator)]
     if cfg.checkpoint.enabled:
         callbacks += checkpoint_callbacks(cfg, run_dir, run_id)
     if cfg.wandb.enabled:
@@ -219,7 +222,12 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         )
         logger.log_hyperparams(OmegaConf.to_container(cfg))
     else:
-        logger = CSVLogger(save_dir=str(run_dir), name="", version="logs")
+        # a run resumed into its directory logs into logs-1, logs-2, ... beside the first logs
+        version, n = "logs", 0
+        while (run_dir / version / "metrics.csv").exists():
+            n += 1
+            version = f"logs-{n}"
+        logger = CSVLogger(save_dir=str(run_dir), name="", version=version)
 
     trainer_kwargs = {
         k: v

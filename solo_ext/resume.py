@@ -81,13 +81,15 @@ def _resumed_epoch(checkpoint: dict) -> int:
 class EpochSeed(Callback):
     """Reseeds the global RNGs per epoch; sets the sampler's epoch on resumption."""
 
-    def __init__(self, seed: int, sampler: Any = None):
-        self.seed, self.sampler = int(seed), sampler
+    def __init__(self, seed: int, sampler: Any = None, generator: torch.Generator | None = None):
+        self.seed, self.sampler, self.generator = int(seed), sampler, generator
         self._resumed_at: int | None = None
 
     def reseed(self, epoch: int) -> None:
         value = (self.seed * _SEED_STRIDE + epoch) % 2**63
         torch.manual_seed(value)
+        if self.generator is not None:  # the loader's: the workers' base seed
+            self.generator.manual_seed(value)
         random.seed(value)
         np.random.seed(value % 2**32)
 
