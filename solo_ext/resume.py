@@ -26,7 +26,7 @@ import numpy as np
 import torch
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.plugins.io import TorchCheckpointIO
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from solo_ext.host import omegaconf_select
 
@@ -124,19 +124,6 @@ SHOULD_MATCH = (
 )
 
 
-def _select(cfg: Any, key: str) -> Any:
-    node = cfg
-    for part in key.split("."):
-        if not isinstance(node, (dict, DictConfig)) or part not in node:
-            return None
-        node = node[part]
-    if isinstance(node, DictConfig):
-        from omegaconf import OmegaConf
-
-        return OmegaConf.to_container(node, resolve=True)
-    return node
-
-
 def find_auto_resume(cfg: DictConfig) -> Path | None:
     """The newest ``.ckpt`` below ``<checkpoint.dir>/<method>`` younger than
     ``auto_resume.max_hours`` whose ``args.json`` matches ``cfg`` on :data:`SHOULD_MATCH`."""
@@ -151,9 +138,9 @@ def find_auto_resume(cfg: DictConfig) -> Path | None:
             candidates.append((ckpt.stat().st_mtime, ckpt, args_file))
     for _, ckpt, args_file in sorted(candidates, reverse=True):
         try:
-            args = json.loads(args_file.read_text())
+            args = OmegaConf.create(json.loads(args_file.read_text()))
         except (OSError, json.JSONDecodeError):
             continue
-        if all(_select(args, key) == _select(cfg, key) for key in SHOULD_MATCH):
+        if all(OmegaConf.select(args, k) == OmegaConf.select(cfg, k) for k in SHOULD_MATCH):
             return ckpt
     return None

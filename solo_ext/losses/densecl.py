@@ -13,8 +13,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from solo_ext.losses.queue_lse import queue_logsumexp
-from solo_ext.losses.scl import _EXCLUDED
+from solo_ext.losses.queue_lse import queue_logsumexp, slot_bias
 
 
 def dense_correspondence(query_feats: torch.Tensor, key_feats: torch.Tensor) -> torch.Tensor:
@@ -45,7 +44,7 @@ def infonce(
     with torch.autocast(device_type=q.device.type, enabled=False):
         qs, k, queue = q.float() / temperature, k.float(), queue.float()
         positive = (qs * k).sum(dim=1)
-        bias = torch.where(valid, 0.0, _EXCLUDED).to(qs.dtype)
+        bias = slot_bias(valid, qs.dtype)
         return (queue_logsumexp(qs, queue, bias, extra=positive) - positive).mean()
 
 

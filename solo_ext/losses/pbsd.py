@@ -14,10 +14,9 @@ from __future__ import annotations
 
 import torch
 
-from solo_ext.losses.queue_lse import queue_logsumexp, queue_softmax
+from solo_ext.losses.queue_lse import queue_logsumexp, queue_softmax, slot_bias
 
 EMPTY = -1
-_EXCLUDED = -1e9  # the logit bias of an empty queue slot
 
 
 def pbsd_loss(
@@ -47,7 +46,7 @@ def pbsd_loss(
     with torch.autocast(device_type=student.device.type, enabled=False):
         keys = keys.float().repeat_interleave(boxes, dim=0)
         members = queue.float()
-        bias = torch.where(queue_labels == EMPTY, _EXCLUDED, 0.0).to(members.dtype)
+        bias = slot_bias(queue_labels != EMPTY, members.dtype)
 
         def logits(z: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
             """(z / t, its logit of k_i [N]), 1 / t folded into z."""

@@ -38,6 +38,14 @@ def _exp_buffer(qs, queue, bias, extra):
     return buf, top, top + total.log()
 
 
+EXCLUDED = -1e9  # the logit bias of an empty queue slot: no logit survives it
+
+
+def slot_bias(valid: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """[K] logit bias: 0 for the filled slots, :data:`EXCLUDED` for the empty ones."""
+    return torch.where(valid, 0.0, EXCLUDED).to(dtype)
+
+
 class _QueueLogSumExp(torch.autograd.Function):
     @staticmethod
     def forward(ctx, qs, queue, bias, extra):

@@ -15,10 +15,9 @@ from typing import NamedTuple
 
 import torch
 
-from solo_ext.losses.queue_lse import queue_logsumexp
+from solo_ext.losses.queue_lse import queue_logsumexp, slot_bias
 
 EMPTY = -1
-_EXCLUDED = -1e9  # the logit bias of an empty queue slot
 
 
 class PositiveTerms(NamedTuple):
@@ -75,7 +74,7 @@ def positive_terms(
         # the queue: [B, K]; empty slots get a bias that no logit survives (finite, so that
         # no 0 * inf reaches the gradients)
         queue_valid = queue_labels != EMPTY
-        bias = torch.where(queue_valid, 0.0, _EXCLUDED).to(qs.dtype)
+        bias = slot_bias(queue_valid, qs.dtype)
         small_lse = small.masked_fill(~in_small, float("-inf")).logsumexp(dim=1)
         lse = queue_logsumexp(qs, queue, bias, extra=small_lse)
         # same-class sums over the queue: per-class sums of the keys; empty slots go to an

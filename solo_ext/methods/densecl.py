@@ -28,7 +28,7 @@ from solo_ext.config import check_range
 from solo_ext.host import gather, initialize_momentum_params
 from solo_ext.losses.densecl import dense_correspondence, densecl_loss, infonce
 from solo_ext.methods.base import MomentumQueueMethod
-from solo_ext.modules import LabeledQueue, build_mlp
+from solo_ext.modules import LabeledQueue
 from solo_ext.modules.feature_maps import feature_map
 
 
@@ -44,9 +44,9 @@ class DenseCL(MomentumQueueMethod):
     def __init__(self, cfg: DictConfig):
         super().__init__(cfg)
         kw = cfg.method_kwargs
+        # the same MLP as the global projector, applied at every location
         self.dense_projector, self.momentum_dense_projector = (
-            build_mlp(self.features_dim, kw.proj_hidden_dim, kw.proj_output_dim, batch_norm=False)
-            for _ in range(2)
+            self.build_projector(kw) for _ in range(2)
         )
         initialize_momentum_params(self.dense_projector, self.momentum_dense_projector)
         self.dense_queue = LabeledQueue(kw.queue_size, kw.proj_output_dim)
