@@ -42,6 +42,24 @@ def test_tiny_run_prints_and_writes_every_row(tmp_path, capsys):
     assert floor["ratio_vs_floor"] == 1.0
     scl = next(r for r in steps if r["candidate"] == "scl")
     assert scl["ratio_vs_reference"] == 1.0
+    for r in rows:
+        assert r["q1_s"] <= r["median_s"] <= r["q3_s"]
+    # one step's FLOPs: dscl and scl run the same matmuls (only the per-anchor weights differ)
+    dscl = next(r for r in steps if r["candidate"] == "dscl")
+    assert scl["gflops"] > 0
+    assert dscl["flops_ratio_vs_reference"] == pytest.approx(1.0, abs=1e-3)
     assert json.loads(out.read_text())["rows"] == json.loads(json.dumps(rows))
     printed = capsys.readouterr().out
     assert "| kernel | dscl loss |" in printed and "x scl |" in printed
+    assert "(1.000x) |" in printed
+
+
+@pytest.mark.parametrize("crop, kernel", [(32, (3, 3)), (96, (7, 7))])
+def test_step_backbone_stem_follows_the_crop(crop, kernel):
+    """CIFAR's small-image stem at 32 px; the ImageNet stem at the paper's sizes."""
+    from solo_ext.bench.steps import step_cfg
+    from solo_ext.host import METHODS
+
+    cfg = step_cfg("scl", {}, 4, "cpu", tiny=True, crop_size=crop)
+    assert cfg.augmentations[0].crop_size == crop
+    assert METHODS["scl"](cfg).backbone.conv1.kernel_size == kernel

@@ -54,6 +54,8 @@ def kernel_rows(names: list[str], sizes: str, device: torch.device, warmup: int,
                     "shape": kernel.shape,
                     "candidate": candidate,
                     "median_s": res.median,
+                    "q1_s": res.quartiles[0],
+                    "q3_s": res.quartiles[1],
                     "peak_mib": res.peak_mib,
                     "ratio_vs_floor": res.median / results["floor"].median,
                     "ratio_vs_straightforward": res.median / results["straightforward"].median,
@@ -63,15 +65,20 @@ def kernel_rows(names: list[str], sizes: str, device: torch.device, warmup: int,
 
 
 def add_step_ratios(rows: list[dict]) -> None:
+    """Each step's time and FLOPs over its reference's."""
     by_label = {(r["name"], r["candidate"]): r for r in rows}
     for r in rows:
-        r["ratio_vs_reference"] = r["median_s"] / by_label[(r["name"], r["reference"])]["median_s"]
+        ref = by_label[(r["name"], r["reference"])]
+        r["ratio_vs_reference"] = r["median_s"] / ref["median_s"]
+        if r.get("gflops") and ref.get("gflops"):
+            r["flops_ratio_vs_reference"] = r["gflops"] / ref["gflops"]
 
 
 def format_table(rows: list[dict]) -> str:
     lines = [
-        "| kind | benchmark | shape | candidate | median ms | ratio | peak MiB |",
-        "|---|---|---|---|---|---|---|",
+        "| kind | benchmark | shape | candidate | median ms | IQR ms | ratio | GFLOP (ratio) "
+        "| peak MiB |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         if r["kind"] == "kernel":
@@ -81,9 +88,15 @@ def format_table(rows: list[dict]) -> str:
         else:
             ratio = f"{r['ratio_vs_reference']:.3f}x {r['reference']}"
         peak = "n/a" if r.get("peak_mib") is None else f"{r['peak_mib']:.0f}"
+        flops = "n/a"
+        if r.get("gflops") is not None:
+            flops = f"{r['gflops']:.1f}"
+            if "flops_ratio_vs_reference" in r:
+                flops += f" ({r['flops_ratio_vs_reference']:.3f}x)"
+        iqr = f"{1000 * r['q1_s']:.1f}-{1000 * r['q3_s']:.1f}"
         lines.append(
             f"| {r['kind']} | {r['name']} | {r['shape']} | {r['candidate']} "
-            f"| {1000 * r['median_s']:.1f} | {ratio} | {peak} |"
+            f"| {1000 * r['median_s']:.1f} | {iqr} | {ratio} | {flops} | {peak} |"
         )
     return "\n".join(lines)
 
@@ -99,6 +112,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--warmup", type=int, default=1, help="untimed calls / steps first")
     p.add_argument("--repeats", type=int, default=5, help="timed rounds of each kernel")
     p.add_argument("--batch-size", type=int, default=64, help="training-step batch per view")
+    p.add_argument("--backbone", default="resnet18", help="training-step backbone")
+    p.add_argument(
+        "--crop-size", type=int, default=32, help="training-step crop (above 64: ImageNet stem)"
+    )
     p.add_argument("--steps", type=int, default=3, help="timed steps per fit")
     p.add_argument("--rounds", type=int, default=3, help="fits of each method, interleaved")
     p.add_argument("--pairs", nargs="+", help="only these methods' step pairs (e.g. dscl)")
@@ -119,7 +136,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         from solo_ext.bench.steps import measure_pairs
 
         step_rows = measure_pairs(
-            device, args.batch_size, args.steps, args.warmup, args.rounds, args.tiny, args.pairs
+            device,
+            args.batch_size,
+            args.steps,
+            args.warmup,
+            args.rounds,
+            args.tiny,
+            args.pairs,
+            args.backbone,
+            args.crop_size,
         )
         add_step_ratios(step_rows)
         rows += step_rows

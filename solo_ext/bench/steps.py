@@ -4,22 +4,27 @@ batch, through Lightning's ``fit`` (forward, backward, optimiser, EMA update, qu
 The batches are made once and held in memory, so data loading is not measured; a step's time
 is the interval between the starts of consecutive steps. Methods run in rounds (a few steps of
 each method, then again), so that drifts of the machine hit every method alike.
+
+Each fit's last step (never timed) also runs under ``torch.utils.flop_counter``: the FLOPs of
+its matmuls, convolutions and attention, forward and backward. Their ratio is what the method
+costs by its arithmetic, whatever the machine; the time ratio over it is the implementation's
+overhead.
 """
 
 from __future__ import annotations
 
 import logging
-import statistics
 import time
 import warnings
-from dataclasses import dataclass, field
 from typing import Any
 
 import lightning.pytorch as pl
 import torch
 from omegaconf import DictConfig, OmegaConf
 from torch.utils.data import DataLoader
+from torch.utils.flop_counter import FlopCounterMode
 
+from solo_ext.bench.timing import Measurement
 from solo_ext.host import HOST, METHODS
 
 # (method, baseline) -> the label of each and its method_kwargs over the published defaults
@@ -52,12 +57,23 @@ def pairs() -> list[tuple[tuple[str, str, dict], tuple[str, str, dict]]]:
     return out
 
 
-def step_cfg(method: str, kwargs: dict, batch_size: int, device: str, tiny: bool) -> DictConfig:
-    """ResNet-18 with CIFAR's small-image stem at 32 px (nothing is loaded: the batches are
-    random tensors)."""
+SMALL_STEM_MAX_CROP = 64  # up to this crop, ResNets get CIFAR's small-image stem
+
+
+def step_cfg(
+    method: str,
+    kwargs: dict,
+    batch_size: int,
+    device: str,
+    tiny: bool,
+    backbone: str = "resnet18",
+    crop_size: int = 32,
+) -> DictConfig:
+    """ResNet-18 with CIFAR's small-image stem at 32 px by default (nothing is loaded: the
+    batches are random tensors); above 64 px the backbone gets its ImageNet stem."""
     from solo_ext.pretrain import parse_cfg
 
-    aug = {"crop_size": 32, "num_crops": 2}
+    aug = {"crop_size": crop_size, "num_crops": 2}
     method_kwargs = {**(TINY_KWARGS if tiny else {}), **kwargs}
     if tiny and method.startswith("all4one"):
         method_kwargs.update(pred_hidden_dim=32, temperature=0.2)
@@ -65,7 +81,7 @@ def step_cfg(method: str, kwargs: dict, batch_size: int, device: str, tiny: bool
         {
             "name": f"bench-{method}",
             "method": method,
-            "backbone": {"name": "resnet18"},
+            "backbone": {"name": backbone},
             "method_kwargs": method_kwargs,
             "momentum": {"base_tau": 0.99, "final_tau": 1.0},  # solo-learn's methods need it
             "data": {
@@ -85,46 +101,58 @@ def step_cfg(method: str, kwargs: dict, batch_size: int, device: str, tiny: bool
             "devices": 1,
         }
     )
-    return parse_cfg(cfg)
+    cfg = parse_cfg(cfg)
+    if crop_size > SMALL_STEM_MAX_CROP:
+        # the dataset's name only picks the stem here: hosts give CIFAR names the small one
+        cfg.data.dataset = "custom"
+    return cfg
 
 
 class _StepClock(pl.Callback):
-    def __init__(self, device: torch.device):
+    """The start time of every step; the FLOPs of step ``count_flops_at`` (one whole step:
+    forward, backward and optimiser, counted at the dispatcher)."""
+
+    def __init__(self, device: torch.device, count_flops_at: int | None = None):
         self.device = device
         self.starts: list[float] = []
+        self.count_flops_at = count_flops_at
+        self.counter: FlopCounterMode | None = None
+        self.flops: int | None = None
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         self.starts.append(time.perf_counter())
+        if batch_idx == self.count_flops_at:
+            self.counter = FlopCounterMode(display=False)
+            self.counter.__enter__()
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if self.counter is not None:
+            self.counter.__exit__(None, None, None)
+            self.flops, self.counter = self.counter.get_total_flops(), None
 
 
-@dataclass
-class StepResult:
-    seconds: list[float] = field(default_factory=list)
-    peak_mib: float | None = None
-
-    @property
-    def median(self) -> float:
-        return statistics.median(self.seconds)
-
-
-def _batches(n: int, batch_size: int) -> DataLoader:
+def _batches(n: int, batch_size: int, crop_size: int = 32) -> DataLoader:
     """``n`` ready batches ``[indexes, [view 1, view 2], labels]`` (a loader without collation)."""
     gen = torch.Generator().manual_seed(0)
-    views = [torch.randn(batch_size, 3, 32, 32, generator=gen) for _ in range(2)]
+    shape = (batch_size, 3, crop_size, crop_size)
+    views = [torch.randn(*shape, generator=gen) for _ in range(2)]
     labels = torch.randint(0, 10, (batch_size,), generator=gen)
     batches = [[torch.arange(batch_size) + i * batch_size, views, labels] for i in range(n)]
     return DataLoader(batches, batch_size=None)
 
 
-def time_steps(cfg: DictConfig, steps: int, warmup: int, device: torch.device) -> StepResult:
-    """One short fit: ``warmup + steps + 1`` steps, the last ``steps`` intervals are kept."""
+def time_steps(
+    cfg: DictConfig, steps: int, warmup: int, device: torch.device, count_flops: bool = False
+) -> Measurement:
+    """One short fit: ``warmup + steps + 1`` steps, the last ``steps`` intervals are kept; with
+    ``count_flops`` the last (untimed) step's FLOPs too."""
     logging.getLogger("lightning.pytorch").setLevel(logging.WARNING)
     warnings.filterwarnings("ignore", module="lightning")
     torch.manual_seed(0)  # (lightning 2.1, which solo-learn pins, has no quiet seed_everything)
     model = METHODS[cfg.method](cfg).to(memory_format=torch.channels_last)
-    clock = _StepClock(device)
+    clock = _StepClock(device, warmup + steps if count_flops else None)
     trainer = pl.Trainer(
         accelerator=cfg.accelerator,
         devices=1,
@@ -139,10 +167,11 @@ def time_steps(cfg: DictConfig, steps: int, warmup: int, device: torch.device) -
     )
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
-    trainer.fit(model, _batches(warmup + steps + 1, cfg.optimizer.batch_size))
+    crop_size = cfg.augmentations[0].crop_size
+    trainer.fit(model, _batches(warmup + steps + 1, cfg.optimizer.batch_size, crop_size))
     intervals = [b - a for a, b in zip(clock.starts, clock.starts[1:])][warmup:]
     peak = torch.cuda.max_memory_allocated(device) / 2**20 if device.type == "cuda" else None
-    return StepResult(intervals, peak)
+    return Measurement(intervals, peak, clock.flops)
 
 
 def measure_pairs(
@@ -153,22 +182,26 @@ def measure_pairs(
     rounds: int,
     tiny: bool,
     only: list[str] | None = None,
+    backbone: str = "resnet18",
+    crop_size: int = 32,
 ) -> list[dict[str, Any]]:
-    """Rows ``{name, candidate, reference, median_s, peak_mib, ...}`` for every pair (or the
-    pairs whose method is in ``only``)."""
+    """Rows ``{name, candidate, reference, median_s, q1_s, q3_s, gflops, peak_mib, ...}`` for
+    every pair (or the pairs whose method is in ``only``)."""
+    shape = dict(backbone=backbone, crop_size=crop_size)
     rows = []
     for (name, method, kwargs), (base_name, base_method, base_kwargs) in pairs():
         if only and method not in only:
             continue
         cfgs = {
-            name: step_cfg(method, kwargs, batch_size, device.type, tiny),
-            base_name: step_cfg(base_method, base_kwargs, batch_size, device.type, tiny),
+            name: step_cfg(method, kwargs, batch_size, device.type, tiny, **shape),
+            base_name: step_cfg(base_method, base_kwargs, batch_size, device.type, tiny, **shape),
         }
-        results = {label: StepResult() for label in cfgs}
-        for _ in range(rounds):
+        results = {label: Measurement() for label in cfgs}
+        for r in range(rounds):
             for label, cfg in cfgs.items():
-                got = time_steps(cfg.copy(), steps, warmup, device)
+                got = time_steps(cfg.copy(), steps, warmup, device, count_flops=r == 0)
                 results[label].seconds += got.seconds
+                results[label].flops = results[label].flops or got.flops
                 if got.peak_mib is not None:
                     results[label].peak_mib = max(results[label].peak_mib or 0.0, got.peak_mib)
         for label, res in results.items():
@@ -176,10 +209,13 @@ def measure_pairs(
                 {
                     "kind": "step",
                     "name": f"{name} vs {base_name}",
-                    "shape": f"resnet18 32px B={batch_size}",
+                    "shape": f"{backbone} {crop_size}px B={batch_size}",
                     "candidate": label,
                     "reference": base_name,
                     "median_s": res.median,
+                    "q1_s": res.quartiles[0],
+                    "q3_s": res.quartiles[1],
+                    "gflops": res.flops / 1e9 if res.flops is not None else None,
                     "peak_mib": res.peak_mib,
                     "images_per_s": 2 * batch_size / res.median,
                 }

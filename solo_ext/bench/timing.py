@@ -13,15 +13,24 @@ import torch
 
 @dataclass
 class Measurement:
-    """Seconds per call (one per round) and the peak memory above the start, in MiB (CUDA
-    only; None on CPU)."""
+    """Seconds per call (one per round), the peak memory above the start in MiB (CUDA only;
+    None on CPU) and, for training steps, the FLOPs of one step."""
 
     seconds: list[float] = field(default_factory=list)
     peak_mib: float | None = None
+    flops: int | None = None
 
     @property
     def median(self) -> float:
         return statistics.median(self.seconds)
+
+    @property
+    def quartiles(self) -> tuple[float, float]:
+        """(first, third) quartile of the times: the spread around the median."""
+        if len(self.seconds) < 2:
+            return self.seconds[0], self.seconds[0]
+        q1, _, q3 = statistics.quantiles(self.seconds, n=4, method="inclusive")
+        return q1, q3
 
 
 def _sync(device: torch.device) -> None:
