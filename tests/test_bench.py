@@ -44,6 +44,9 @@ def test_tiny_run_prints_and_writes_every_row(tmp_path, capsys):
     assert scl["ratio_vs_reference"] == 1.0
     for r in rows:
         assert r["q1_s"] <= r["median_s"] <= r["q3_s"]
+    # CPU peak memory of each kernel: DSCL's loss never materialises the [B, K] masks
+    peak = {r["candidate"]: r["peak_mib"] for r in rows if r["name"] == "dscl loss"}
+    assert 0 < peak["solo-ext"] < peak["straightforward"]
     # one step's FLOPs: dscl and scl run the same matmuls (only the per-anchor weights differ)
     dscl = next(r for r in steps if r["candidate"] == "dscl")
     assert scl["gflops"] > 0
@@ -63,3 +66,28 @@ def test_step_backbone_stem_follows_the_crop(crop, kernel):
     cfg = step_cfg("scl", {}, 4, "cpu", tiny=True, crop_size=crop)
     assert cfg.augmentations[0].crop_size == crop
     assert METHODS["scl"](cfg).backbone.conv1.kernel_size == kernel
+
+
+def test_cpu_peak_counts_live_storages_once():
+    """Two 1 MiB tensors alive together peak at 2 MiB, one after the other at 1 MiB; views and
+    in-place results add nothing."""
+    from solo_ext.bench.timing import cpu_peak_mib
+
+    def together():
+        x, y = torch.ones(256, 1024), torch.ones(256, 1024)
+        return x.sum() + y.sum()
+
+    def one_after_the_other():
+        x = torch.ones(256, 1024)
+        total = x.sum()
+        del x
+        return total + torch.ones(256, 1024).sum()
+
+    def views():
+        x = torch.ones(256, 1024)
+        x.mul_(2)
+        return x.T[:10].sum() + x.view(-1)[:5].sum()
+
+    assert cpu_peak_mib(together) == pytest.approx(2.0, abs=1e-4)
+    assert cpu_peak_mib(one_after_the_other) == pytest.approx(1.0, abs=1e-4)
+    assert cpu_peak_mib(views) == pytest.approx(1.0, abs=1e-4)

@@ -5,16 +5,20 @@ from __future__ import annotations
 
 import statistics
 import time
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
 
 
 @dataclass
 class Measurement:
-    """Seconds per call (one per round), the peak memory above the start in MiB (CUDA only;
-    None on CPU) and, for training steps, the FLOPs of one step."""
+    """Seconds per call (one per round), the peak memory above the start in MiB (on CPU: of
+    the tensors the call allocates; None for CPU training steps) and, for training steps, the
+    FLOPs of one step."""
 
     seconds: list[float] = field(default_factory=list)
     peak_mib: float | None = None
@@ -33,6 +37,47 @@ class Measurement:
         return q1, q3
 
 
+class _PeakBytes(TorchDispatchMode):
+    """While active, the bytes of the CPU storages that operators create and that are still
+    alive, and their maximum. A view or an in-place result shares a known storage and adds
+    nothing; a storage's bytes are released when its last tensor dies."""
+
+    def __init__(self):
+        super().__init__()
+        self.live = self.peak = 0
+        self.tracked: set[int] = set()
+
+    def _release(self, ptr: int, nbytes: int) -> None:
+        self.tracked.discard(ptr)
+        self.live -= nbytes
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for t in tree_leaves(out):
+            if not isinstance(t, torch.Tensor) or t.device.type != "cpu":
+                continue
+            storage = t.untyped_storage()
+            ptr, nbytes = storage.data_ptr(), storage.nbytes()
+            if nbytes == 0 or ptr in self.tracked:
+                continue
+            self.tracked.add(ptr)
+            self.live += nbytes
+            self.peak = max(self.peak, self.live)
+            weakref.finalize(storage, self._release, ptr, nbytes)
+        return out
+
+
+def cpu_peak_mib(fn: Callable[[], object]) -> float:
+    """Peak memory of the tensors ``fn`` allocates on the CPU, in MiB. solo-ext's buffer pool is
+    emptied first, so buffers it would lend count as allocated."""
+    from solo_ext.losses.queue_lse import empty_buffer_pool
+
+    empty_buffer_pool()
+    with _PeakBytes() as tracker:
+        fn()
+    return tracker.peak / 2**20
+
+
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -44,7 +89,8 @@ def measure(
     warmup: int = 1,
     repeats: int = 5,
 ) -> dict[str, Measurement]:
-    """Runs every candidate ``warmup`` times, then ``repeats`` rounds of one call each."""
+    """Runs every candidate ``warmup`` times, then ``repeats`` rounds of one call each; on CPU,
+    one more untimed call each measures the peak memory."""
     results = {name: Measurement() for name in candidates}
     for _ in range(warmup):
         for fn in candidates.values():
@@ -63,4 +109,7 @@ def measure(
             if device.type == "cuda":
                 peak = (torch.cuda.max_memory_allocated(device) - base) / 2**20
                 results[name].peak_mib = max(results[name].peak_mib or 0.0, peak)
+    if device.type == "cpu":
+        for name, fn in candidates.items():
+            results[name].peak_mib = cpu_peak_mib(fn)
     return results

@@ -59,6 +59,11 @@ class _BufferPool:
 _POOL = _BufferPool()
 
 
+def empty_buffer_pool() -> None:
+    """Frees the buffers kept for reuse (the next calls allocate again)."""
+    _POOL.free.clear()
+
+
 @torch.no_grad()
 def _exp_buffer(qs, queue, bias, extra, pooled: bool = False):
     """(exp(logits - top) [B, K] in one buffer, top [B], lse [B]); with ``pooled`` the buffer
