@@ -91,3 +91,21 @@ def test_cpu_peak_counts_live_storages_once():
     assert cpu_peak_mib(together) == pytest.approx(2.0, abs=1e-4)
     assert cpu_peak_mib(one_after_the_other) == pytest.approx(1.0, abs=1e-4)
     assert cpu_peak_mib(views) == pytest.approx(1.0, abs=1e-4)
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--backbone", "resnet19"], "backbone.name='resnet19': not one of"),
+        (["--crop-size", "0"], "argument --crop-size: 0: must be >= 1"),
+        (["--pairs", "dcsl"], "--pairs dcsl: not one of"),
+        (["--rounds", "0"], "argument --rounds: 0: must be >= 1"),
+    ],
+)
+def test_bad_arguments_stop_in_one_line_before_measuring(argv, message, tmp_path, capsys):
+    out = tmp_path / "bench.json"
+    with pytest.raises(SystemExit):
+        main(["--tiny", "--json", str(out), *argv])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert message in err[-1]
+    assert not out.exists()

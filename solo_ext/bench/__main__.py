@@ -101,6 +101,34 @@ def format_table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def _at_least(low: int):
+    """An argparse type: an int >= ``low``."""
+
+    def parse(text: str) -> int:
+        value = int(text)
+        if value < low:
+            raise argparse.ArgumentTypeError(f"{value}: must be >= {low}")
+        return value
+
+    return parse
+
+
+def check_step_args(p: argparse.ArgumentParser, args: argparse.Namespace, device_type: str):
+    """Unknown ``--pairs`` and a backbone / crop the config checks refuse stop the run in one
+    line, before anything is measured."""
+    from solo_ext.bench.steps import pairs, step_cfg
+    from solo_ext.config import ConfigError
+
+    known = [method for (_, method, _), _ in pairs()]
+    for name in args.pairs or []:
+        if name not in known:
+            p.error(f"--pairs {name}: not one of {known}")
+    try:
+        step_cfg("scl", {}, args.batch_size, device_type, args.tiny, args.backbone, args.crop_size)
+    except ConfigError as err:
+        p.error(str(err))
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     p = argparse.ArgumentParser(
         prog="python -m solo_ext.bench", description=__doc__.splitlines()[0]
@@ -109,15 +137,22 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--kernels", nargs="+", choices=sorted(K.KERNELS), default=sorted(K.KERNELS))
     p.add_argument("--sizes", choices=sorted(K.SIZES), default="official")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    p.add_argument("--warmup", type=int, default=1, help="untimed calls / steps first")
-    p.add_argument("--repeats", type=int, default=5, help="timed rounds of each kernel")
-    p.add_argument("--batch-size", type=int, default=64, help="training-step batch per view")
+    p.add_argument("--warmup", type=_at_least(0), default=1, help="untimed calls / steps first")
+    p.add_argument("--repeats", type=_at_least(1), default=5, help="timed rounds of each kernel")
+    p.add_argument(
+        "--batch-size", type=_at_least(1), default=64, help="training-step batch per view"
+    )
     p.add_argument("--backbone", default="resnet18", help="training-step backbone")
     p.add_argument(
-        "--crop-size", type=int, default=32, help="training-step crop (above 64: ImageNet stem)"
+        "--crop-size",
+        type=_at_least(1),
+        default=32,
+        help="training-step crop (above 64: ImageNet stem)",
     )
-    p.add_argument("--steps", type=int, default=3, help="timed steps per fit")
-    p.add_argument("--rounds", type=int, default=3, help="fits of each method, interleaved")
+    p.add_argument("--steps", type=_at_least(1), default=3, help="timed steps per fit")
+    p.add_argument(
+        "--rounds", type=_at_least(1), default=3, help="fits of each method, interleaved"
+    )
     p.add_argument("--pairs", nargs="+", help="only these methods' step pairs (e.g. dscl)")
     p.add_argument("--tiny", action="store_true", help="tiny sizes, one round: seconds")
     p.add_argument("--json", type=Path, help="also write the rows and the machine here")
@@ -128,6 +163,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
         p.error(f"--device={args.device}: no CUDA device here")
+    if args.what in ("steps", "all"):
+        check_step_args(p, args, device.type)
 
     rows: list[dict] = []
     if args.what in ("kernels", "all"):

@@ -50,10 +50,9 @@ def positive_terms(
 
     Cost: the queue block [B, K] is one matmul (the 1 / t folded into q) inside
     :func:`queue_logsumexp` (one buffer, one exp per entry; a per-column bias removes empty
-    slots); the same-class sums over
-    the queue are q_i . (sum of the class's keys) / t, from a [C, D] per-class sum of the keys,
-    so no [B, K] mask, copy or gather is made. The small block [B, 2B] (queries, keys) uses
-    masks.
+    slots); the same-class sums over the queue are q_i . (sum of the class's keys) / t, from a
+    [C, D] per-class sum of the keys, so no [B, K] mask, copy or gather is made. The small
+    block [B, 2B] (queries, keys) uses masks.
     """
     if temperature <= 0:
         raise ValueError(f"temperature={temperature}: must be > 0")
