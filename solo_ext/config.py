@@ -8,6 +8,8 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from solo_ext.data.facts import SOLO_SMALL_STEM, facts
+
 
 class ConfigError(ValueError):
     """A bad config key or value; the message is one line naming both."""
@@ -86,3 +88,21 @@ def world_size(cfg: DictConfig) -> int:
     else:
         n = len(devices) if devices is not None else 1
     return n * int(cfg.get("num_nodes") or 1)
+
+
+def fill_stem_option(cfg: DictConfig) -> None:
+    """Sets ``backbone.kwargs.small_image_stem: true`` for a ResNet on a 32 px dataset that
+    solo-learn does not know by name (``cifar100_lt``, ``synthetic_lt``, ...), unless given.
+
+    The key travels in ``args.json`` to every script that rebuilds the backbone; solo-learn's
+    own CIFAR names are left to solo-learn, so their runs stay loadable without solo-ext.
+    """
+    name, dataset = str(cfg.backbone.name), str(cfg.data.dataset)
+    if not name.startswith("resnet") or dataset in SOLO_SMALL_STEM:
+        return
+    if not facts(dataset).small_image_stem:
+        return
+    if OmegaConf.select(cfg, "backbone.kwargs", default=None) is None:
+        cfg.backbone.kwargs = {}
+    if cfg.backbone.kwargs.get("small_image_stem") is None:
+        cfg.backbone.kwargs.small_image_stem = True

@@ -22,7 +22,14 @@ from torch.utils.data import DataLoader
 
 from solo_ext.checkpoint import checkpoint_callbacks, new_run_id
 from solo_ext.cli import hydra_entry
-from solo_ext.config import ConfigError, check_choice, check_range, require, world_size
+from solo_ext.config import (
+    ConfigError,
+    check_choice,
+    check_range,
+    fill_stem_option,
+    require,
+    world_size,
+)
 from solo_ext.data.datasets import (
     IndexedNCrop,
     build_dataset,
@@ -76,6 +83,7 @@ def parse_cfg(cfg: DictConfig) -> DictConfig:
     check_choice("optimizer.name", cfg.optimizer.name, method_cls._OPTIMIZERS)
     check_choice("scheduler.name", omegaconf_select(cfg, "scheduler.name"), method_cls._SCHEDULERS)
     check_data_cfg(cfg)
+    fill_stem_option(cfg)
     try:
         check_sampler_cfg(cfg, total_epochs=cfg.max_epochs)
     except ValueError as err:

@@ -118,7 +118,10 @@ def test_cut_crops_equal_crop_then_resize():
 @pytest.mark.parametrize(
     "name,kwargs,grid",
     [
-        ("resnet18", {}, 1),
+        # synthetic_lt is a 32 px dataset: the small-image stem by default (solo-learn's
+        # 3x3 conv with padding 2 makes the input 34 px, so the map is 5x5)
+        ("resnet18", {}, 5),
+        ("resnet18", {"small_image_stem": False}, 1),
         ("resnet32", {}, 8),
         ("vit_tiny", {"img_size": 32, "patch_size": 8, "dynamic_img_size": True}, 4),
     ],
@@ -133,7 +136,12 @@ def test_feature_map_and_pooled_features(name, kwargs, grid):
 
 def test_pbsd_weight_zero_trains_like_dscl(make_cfg):
     # two steps: the queue is empty at the first, so PBSD only has a set to compare at the second
-    common = {"checkpoint.enabled": False, "limit_train_batches": 2, "limit_val_batches": 0}
+    common = {
+        "checkpoint.enabled": False,
+        "limit_train_batches": 2,
+        "limit_val_batches": 0,
+        "backbone": {"name": "resnet32"},  # the same backbone for both
+    }
     dscl = run(make_cfg("dscl", **common))["metrics"]
     pbsd = run(make_cfg("pbsd", **common, **{"method_kwargs.pbsd_weight": 0.0}))["metrics"]
     assert pbsd["train_dscl_loss"] == pytest.approx(dscl["train_dscl_loss"], rel=1e-5)

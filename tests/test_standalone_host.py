@@ -126,8 +126,11 @@ def test_accuracy_at_k_percent_and_ignore_index():
 @pytest.mark.parametrize(
     "name,dataset,dim,first_stride",
     [
+        # the dataset table decides the stem: 32 px datasets get the small-image one
         ("resnet18", "cifar10", 512, 1),
-        ("resnet18", "synthetic_lt", 512, 2),
+        ("resnet18", "cifar100_lt", 512, 1),
+        ("resnet18", "synthetic_lt", 512, 1),
+        ("resnet18", "imagenet_lt", 512, 2),
         ("resnet50", "cifar100", 2048, 1),
         ("vit_tiny", "synthetic_lt", 192, None),
     ],

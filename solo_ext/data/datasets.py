@@ -2,29 +2,33 @@
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Callable
 from typing import Any
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 from PIL import Image
 from torch.utils.data import Dataset
 from torchvision import datasets as tvd
 from torchvision.datasets.folder import IMG_EXTENSIONS
 
 from solo_ext.config import ConfigError, check_choice, check_range, fill_section
+from solo_ext.data import facts as F
 from solo_ext.data import lt_datasets as lt
 from solo_ext.host import omegaconf_select
 
-CIFAR = {"cifar10": (tvd.CIFAR10, 10, 5000), "cifar100": (tvd.CIFAR100, 100, 500)}
+# torchvision class and images per class of the full training set
+CIFAR = {"cifar10": (tvd.CIFAR10, 5000), "cifar100": (tvd.CIFAR100, 500)}
 # name -> (classes, default train split file, default val split file), as published
 SPLIT_FILE_DATASETS = {
-    "imagenet_lt": (1000, "ImageNet_LT_train.txt", "ImageNet_LT_test.txt"),
-    "places_lt": (365, "Places_LT_train.txt", "Places_LT_test.txt"),
-    "inat2018": (8142, "iNaturalist18_train.txt", "iNaturalist18_val.txt"),
+    name: (F.DATASETS[name].classes, *F.DATASETS[name].split_files)
+    for name in F.SPLIT_FILE_DATASETS
 }
-LONG_TAILED = ("cifar10_lt", "cifar100_lt", "custom_lt", "synthetic_lt", *SPLIT_FILE_DATASETS)
-DATASETS = ("cifar10", "cifar100", "custom", *LONG_TAILED)
+LONG_TAILED = F.LONG_TAILED
+DATASETS = tuple(F.DATASETS)
+# ImageFolder datasets of solo-learn with a fixed number of classes
+_FIXED_FOLDERS = ("imagenet100", "imagenet")
 SYNTHETIC_DEFAULTS = {"n_max": 200, "val_per_class": 20, "image_size": 32, "seed": 0}
 _CIFAR_DIRS = {"cifar10": "cifar-10-batches-py", "cifar100": "cifar-100-python"}
 
@@ -103,8 +107,8 @@ def check_data_cfg(cfg: DictConfig) -> DictConfig:
         "no_labels": False,
         "fraction": -1,
         "download": False,
-        "many_threshold": 100,
-        "few_threshold": 20,
+        "many_threshold": F.MANY_THRESHOLD,
+        "few_threshold": F.FEW_THRESHOLD,
         # image folders: files PIL cannot open stop the start ("error"), are left out and
         # counted ("skip"), or are not looked for ("off")
         "bad_images": "error",
@@ -130,7 +134,7 @@ def check_data_cfg(cfg: DictConfig) -> DictConfig:
         fill_section(cfg, "data.synthetic", SYNTHETIC_DEFAULTS)
     elif _cifar_name(dataset):
         name = _cifar_name(dataset)
-        expected = CIFAR[name][1]
+        expected = F.DATASETS[dataset].classes
         data.val_path = data.val_path or data.train_path  # torchvision keeps both splits
         if data.train_path is None:
             raise ConfigError(
@@ -154,13 +158,19 @@ def check_data_cfg(cfg: DictConfig) -> DictConfig:
         data.val_split_file = omegaconf_select(cfg, "data.val_split_file", val_file)
         for key in ("train_split_file", "val_split_file"):
             lt.read_split_file(_split_file(data, key), data.train_path, expected, f"data.{key}")
-    else:  # custom, custom_lt: ImageFolders
+    else:  # custom, custom_lt, imagenet100, imagenet: ImageFolders
         _check_dir("data.train_path", data.train_path, dataset)
         if data.val_path is not None:
             _check_dir("data.val_path", data.val_path, dataset)
         expected = len(_class_folders(data.train_path))
         if expected == 0:
             raise ConfigError(f"data.train_path={data.train_path!r}: no class folders")
+        fixed = F.DATASETS[dataset].classes
+        if dataset in _FIXED_FOLDERS and expected != fixed:
+            raise ConfigError(
+                f"data.train_path={data.train_path!r}: {expected} class folders, "
+                f"data.dataset={dataset!r} has {fixed}"
+            )
         for key in ("train_path", "val_path"):
             if data[key] is not None:
                 _check_class_folders(f"data.{key}", data[key])
@@ -209,7 +219,7 @@ def build_dataset(data: DictConfig, split: str, transform: Callable | None) -> D
         )
     name = _cifar_name(dataset)
     if name:
-        cls, num_classes, n_max = CIFAR[name]
+        cls, n_max = CIFAR[name]
         base = cls(
             path,
             train=split == "train",
@@ -259,6 +269,63 @@ def _long_tailed(
 
     counts = lt_counts(n_max, len(classes), data.imbalance_factor)
     return lt.balanced(base, targets, classes, counts, transform=transform, **thresholds)
+
+
+def targets_of(dataset: Dataset) -> list[int] | None:
+    """The label of every item of a dataset built here or by solo-learn (None: unlabelled)."""
+    inner = getattr(dataset, "dataset", None)  # IndexedNCrop
+    for obj in (dataset, inner):
+        samples = getattr(obj, "samples", None)  # ImageFolder (solo-learn's data.fraction
+        if samples is not None:  # shortens the samples, not the targets)
+            return [int(label) for _, label in samples]
+        for attr in ("targets", "labels"):  # torchvision's CIFAR; STL10
+            value = getattr(obj, attr, None)
+            if value is not None:
+                return [int(t) for t in value]
+    return None
+
+
+def counts_json(data: DictConfig) -> list[int] | None:
+    """Training images per class from the ``counts.json`` that solo-ext-make-lt writes beside an
+    image folder's ``train/`` (or inside it); None when there is none."""
+    if data.get("train_path") is None:
+        return None
+    for folder in (data.train_path, os.path.dirname(os.path.abspath(data.train_path))):
+        path = os.path.join(folder, "counts.json")
+        if not os.path.isfile(path):
+            continue
+        try:
+            with open(path) as f:
+                counts = json.load(f)["train_counts"]
+        except (OSError, ValueError, KeyError, TypeError) as err:
+            raise ConfigError(f"{path!r}: not a counts.json of solo-ext-make-lt ({err})") from None
+        classes = data.get("num_classes")
+        if classes is not None and len(counts) != classes:
+            raise ConfigError(
+                f"{path!r}: {len(counts)} classes, "
+                f"data.train_path={data.train_path!r} has {classes}"
+            )
+        return [int(c) for c in counts]
+    return None
+
+
+def long_tail_counts(data: DictConfig) -> list[int] | None:
+    """Training images per class of a long-tailed ``data`` section checked by
+    :func:`check_data_cfg` (an image folder: its ``counts.json``); None for balanced data.
+
+    CIFAR-LT's counts are its profile: nothing is read (or downloaded) to know them.
+    """
+    name = _cifar_name(data.dataset)
+    if name and data.dataset in LONG_TAILED:
+        from solo_ext.data.longtail import lt_counts
+
+        return lt_counts(CIFAR[name][1], data.num_classes, data.imbalance_factor)
+    if data.dataset in LONG_TAILED:
+        quick = OmegaConf.merge(data, {"bad_images": "off"})  # counting opens no image
+        return train_class_counts(build_dataset(quick, "train", None))
+    if data.dataset == "custom":
+        return counts_json(data)
+    return None
 
 
 def train_class_counts(dataset: Dataset) -> list[int] | None:

@@ -9,25 +9,17 @@ import torch
 from omegaconf import DictConfig
 from torchvision import transforms as T
 
+from solo_ext.data.facts import facts
 from solo_ext.host import omegaconf_select
-
-MEANS_STDS: dict[str, tuple[tuple[float, ...], tuple[float, ...]]] = {
-    "cifar10": ((0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)),
-    "cifar100": ((0.5071, 0.4865, 0.4409), (0.2673, 0.2564, 0.2762)),
-    "synthetic_lt": ((0.5, 0.5, 0.5), (0.25, 0.25, 0.25)),
-}
-IMAGENET_MEAN_STD = ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
-# Datasets stored at their training resolution: evaluated without resize / centre crop.
-NATIVE_RESOLUTION = ("cifar10", "cifar100", "synthetic_lt")
 
 
 def normalize(dataset: str, aug: DictConfig | None = None) -> T.Normalize:
-    """The dataset's statistics; other datasets take ``mean`` / ``std`` from the augmentation
-    config (as solo-learn does for ``custom``), else ImageNet's."""
-    default = IMAGENET_MEAN_STD
-    if aug is not None:
-        default = (aug.get("mean", IMAGENET_MEAN_STD[0]), aug.get("std", IMAGENET_MEAN_STD[1]))
-    mean, std = MEANS_STDS.get(dataset, default)
+    """The dataset's statistics (the dataset table); image folders (``custom``, ``custom_lt``)
+    take ``mean`` / ``std`` from the augmentation config when it gives them, as solo-learn does
+    for ``custom``."""
+    mean, std = facts(dataset).stats
+    if aug is not None and facts(dataset).solo_name == "custom":
+        mean, std = aug.get("mean", mean), aug.get("std", std)
     return T.Normalize(mean, std)
 
 
@@ -83,8 +75,10 @@ def build_pretrain_transform(dataset: str, augmentations: Sequence[DictConfig]) 
 
 
 def build_eval_transform(dataset: str, crop_size: int = 224) -> Callable:
-    """Deterministic transform for validation and feature extraction."""
-    if dataset in NATIVE_RESOLUTION:
+    """Deterministic transform for validation and feature extraction: datasets stored at their
+    training resolution (CIFAR, synthetic_lt) as they are, photographs resized to crop / 0.875
+    and centre-cropped."""
+    if facts(dataset).native_size is not None:
         return T.Compose([T.ToTensor(), normalize(dataset)])
     return T.Compose(
         [

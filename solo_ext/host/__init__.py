@@ -46,9 +46,11 @@ if HOST == "solo":
     from solo.utils.momentum import initialize_momentum_params
 
     from solo_ext.modules.resnet_cifar import resnet32
+    from solo_ext.modules.stem import add_stem_option
 
     BACKBONES = BaseMethod._BACKBONES
     BACKBONES.setdefault("resnet32", resnet32)  # CIFAR-LT's backbone, beside solo-learn's own
+    add_stem_option(BACKBONES)  # backbone.kwargs.small_image_stem, in every script
 else:
     from solo_ext.host.standalone import (
         BACKBONES,
@@ -60,11 +62,10 @@ else:
         omegaconf_select,
     )
 
+from solo_ext.host.standalone.backbones import build_backbone as _build_backbone  # noqa: E402
 from solo_ext.host.standalone.backbones import (  # noqa: E402  (pure torch, host-independent)
-    SMALL_IMAGE_DATASETS,
     feature_dim,
 )
-from solo_ext.host.standalone.backbones import build_backbone as _build_backbone  # noqa: E402
 
 
 def build_backbone(name: str, method: str = "", dataset: str = "", kwargs=None):
@@ -78,7 +79,6 @@ __all__ = [
     "BACKBONES",
     "HOST",
     "METHODS",
-    "SMALL_IMAGE_DATASETS",
     "BaseMethod",
     "build_backbone",
     "feature_dim",

@@ -16,8 +16,37 @@ from omegaconf import DictConfig
 
 from solo_ext.config import ConfigError, check_range, fill_section, world_size
 from solo_ext.eval.knn_classifier import LongTailKNN
-from solo_ext.host import BaseMomentumMethod, initialize_momentum_params, omegaconf_select
+from solo_ext.host import (
+    BaseMomentumMethod,
+    build_backbone,
+    initialize_momentum_params,
+    omegaconf_select,
+)
 from solo_ext.modules import LabeledQueue, build_mlp
+from solo_ext.modules.feature_maps import feature_map
+
+
+def require_spatial_map(cfg: DictConfig) -> None:
+    """Stops a method that works on the backbone's last feature map (PBSD's teacher, DenseCL's
+    dense term) when that map is 1x1 at the first crop size: both would degenerate silently.
+
+    The map is measured by a forward pass on the meta device (shapes only, no arithmetic).
+    """
+    augs = omegaconf_select(cfg, "augmentations")
+    if not augs:
+        return
+    crop = augs[0].crop_size
+    kwargs = dict(omegaconf_select(cfg, "backbone.kwargs") or {})
+    with torch.device("meta"):
+        backbone = build_backbone(cfg.backbone.name, cfg.method, cfg.data.dataset, kwargs)
+        fmap, _ = feature_map(backbone.eval(), torch.empty(2, 3, crop, crop))
+    if fmap.shape[-2] * fmap.shape[-1] == 1:
+        raise ConfigError(
+            f"backbone.name={cfg.backbone.name!r} on data.dataset={cfg.data.dataset!r} at "
+            f"crop_size={crop}: its last feature map is 1x1, so method={cfg.method!r} has no "
+            "locations to work on; use a larger crop or a small-image stem "
+            "(backbone.kwargs.small_image_stem=true, resnet32)"
+        )
 
 
 def long_tail_knn(cfg: DictConfig) -> LongTailKNN | None:

@@ -27,7 +27,7 @@ from omegaconf import DictConfig
 from solo_ext.config import check_range
 from solo_ext.host import gather, initialize_momentum_params
 from solo_ext.losses.densecl import dense_correspondence, densecl_loss, infonce
-from solo_ext.methods.base import MomentumQueueMethod
+from solo_ext.methods.base import MomentumQueueMethod, require_spatial_map
 from solo_ext.modules import LabeledQueue
 from solo_ext.modules.feature_maps import feature_map
 
@@ -54,6 +54,7 @@ class DenseCL(MomentumQueueMethod):
     @classmethod
     def check_method_kwargs(cls, cfg: DictConfig) -> None:
         super().check_method_kwargs(cfg)
+        require_spatial_map(cfg)
         kw = cfg.method_kwargs
         check_range("method_kwargs.lambda", kw["lambda"], 0, 1)
         check_range("method_kwargs.warmup_steps", kw.warmup_steps, 0)

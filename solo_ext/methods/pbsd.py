@@ -27,6 +27,7 @@ from omegaconf import DictConfig
 
 from solo_ext.config import ConfigError, check_range
 from solo_ext.losses.pbsd import pbsd_loss
+from solo_ext.methods.base import require_spatial_map
 from solo_ext.methods.dscl import DSCL
 from solo_ext.modules.feature_maps import feature_map
 from solo_ext.modules.patches import crop_boxes, roi_pool, sample_boxes
@@ -62,6 +63,7 @@ class PBSD(DSCL):
                 f"backbone.kwargs.dynamic_img_size={kwargs.get('dynamic_img_size')}"
                 ": pbsd feeds smaller crops to the ViT; set it to true"
             )
+        require_spatial_map(cfg)
 
     def __init__(self, cfg: DictConfig):
         super().__init__(cfg)

@@ -12,7 +12,9 @@ import timm
 import torchvision
 from torch import nn
 
+from solo_ext.data.facts import facts
 from solo_ext.modules.resnet_cifar import resnet32
+from solo_ext.modules.stem import OPTION, set_small_image_stem
 
 
 def resnet18(method: str = "", **kwargs) -> nn.Module:
@@ -45,9 +47,6 @@ BACKBONES: dict[str, Callable[..., nn.Module]] = {
 }
 
 
-SMALL_IMAGE_DATASETS = ("cifar10", "cifar100")
-
-
 def build_backbone(
     name: str,
     method: str = "",
@@ -55,21 +54,18 @@ def build_backbone(
     kwargs: dict | None = None,
     registry: dict[str, Callable[..., nn.Module]] = BACKBONES,
 ) -> nn.Module:
-    """A headless backbone as solo-learn builds it: ResNets lose ``fc`` and get the small-image
-    stem on 32 px datasets."""
-    backbone = registry[name](method, **dict(kwargs or {}))
+    """A headless backbone as solo-learn builds it: ResNets lose ``fc``, and get the small-image
+    stem when ``kwargs`` says ``small_image_stem`` (by default: when the dataset table says so
+    for ``dataset``)."""
+    kwargs = dict(kwargs or {})
+    small = bool(kwargs.pop(OPTION, facts(dataset).small_image_stem))
+    backbone = registry[name](method, **kwargs)
     if name.startswith("resnet"):
         backbone.fc = nn.Identity()
-        if dataset in SMALL_IMAGE_DATASETS:
-            small_image_stem(backbone)
+        if small:
+            set_small_image_stem(backbone)
     return backbone
 
 
 def feature_dim(backbone: nn.Module) -> int:
     return backbone.inplanes if hasattr(backbone, "inplanes") else backbone.num_features
-
-
-def small_image_stem(resnet: nn.Module) -> None:
-    """Replaces a ResNet's 7x7/2 conv and max-pool by a 3x3/1 conv, as solo-learn does for CIFAR."""
-    resnet.conv1 = nn.Conv2d(3, 64, kernel_size=3, stride=1, padding=2, bias=False)
-    resnet.maxpool = nn.Identity()
