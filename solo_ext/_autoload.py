@@ -1,10 +1,12 @@
-"""Start-up hook that makes solo-learn's own scripts see solo-ext's methods.
+"""Start-up hook that makes solo-learn's own scripts see the whole plugin.
 
 The wheel installs ``solo_ext_autoload.pth``, which imports this module at interpreter start
 (unless ``SOLO_EXT_AUTOLOAD=0``). It only adds a meta-path finder: nothing else is imported until
-``solo.methods`` itself is imported, right after which ``solo_ext.register()`` adds solo-ext's
-methods to ``solo.methods.METHODS``. So ``python main_pretrain.py method=dscl`` works in an
-unmodified solo-learn checkout.
+one of a few solo-learn modules is. Right after ``solo.methods`` is executed,
+``solo_ext.register()`` adds solo-ext's methods to ``solo.methods.METHODS``; right after its
+argument and data modules are, ``solo_ext.bridge`` patches them (samplers, long-tailed datasets,
+the dataset table), before any script binds their names. So ``python main_pretrain.py
+method=dscl data.sampler.name=class_balanced`` works in an unmodified solo-learn checkout.
 """
 
 from __future__ import annotations
@@ -13,8 +15,20 @@ import importlib.abc
 import os
 import sys
 import warnings
+from collections.abc import Callable
+from types import ModuleType
 
 _TARGET = "solo.methods"
+# patched by solo_ext.bridge (kept in step with its PATCHES; a test checks)
+_BRIDGED = (
+    "solo.args.pretrain",
+    "solo.args.linear",
+    "solo.args.dataset",
+    "solo.args.knn",
+    "solo.data.pretrain_dataloader",
+    "solo.data.classification_dataloader",
+    "solo.methods.linear",
+)
 
 
 def _register_into_solo() -> None:
@@ -32,11 +46,25 @@ def _register_into_solo() -> None:
         )
 
 
-class _SoloMethodsHook(importlib.abc.MetaPathFinder):
-    """Finds ``solo.methods`` through the other finders and runs the registration after it."""
+def _bridge(module) -> None:
+    try:
+        from solo_ext.bridge import patch
+
+        patch(module)
+    except Exception as err:  # never break solo-learn because of the plugin
+        warnings.warn(f"solo-ext: could not extend {module.__name__}: {err}", stacklevel=2)
+
+
+class AfterImport(importlib.abc.MetaPathFinder):
+    """Runs ``callbacks[name](module)`` right after the module ``name`` has been executed, before
+    the statement that imported it binds any of its names. Finds the module through the other
+    finders; imports nothing itself."""
+
+    def __init__(self, callbacks: dict[str, Callable[[ModuleType], None]]):
+        self.callbacks = callbacks
 
     def find_spec(self, fullname, path, target=None):
-        if fullname != _TARGET:
+        if fullname not in self.callbacks:
             return None
         for finder in sys.meta_path:
             if finder is self or not hasattr(finder, "find_spec"):
@@ -49,26 +77,37 @@ class _SoloMethodsHook(importlib.abc.MetaPathFinder):
         loader = spec.loader
         if loader is None or not hasattr(loader, "exec_module"):
             return spec
-        exec_module = loader.exec_module
+        exec_module, callback = loader.exec_module, self.callbacks[fullname]
 
-        def exec_and_register(module):
+        def exec_then(module):
             exec_module(module)
-            _register_into_solo()
+            callback(module)
 
-        loader.exec_module = exec_and_register
+        loader.exec_module = exec_then
         return spec
+
+
+class _SoloExtHook(AfterImport):
+    """solo-ext's: the registration after ``solo.methods``, the bridge after the others."""
+
+    def __init__(self):
+        super().__init__(
+            {_TARGET: lambda module: _register_into_solo(), **dict.fromkeys(_BRIDGED, _bridge)}
+        )
 
 
 def install() -> None:
     """Installs the hook once; a no-op when ``SOLO_EXT_AUTOLOAD=0``."""
     if os.environ.get("SOLO_EXT_AUTOLOAD", "1") == "0":
         return
-    if any(isinstance(f, _SoloMethodsHook) for f in sys.meta_path):
+    if any(isinstance(f, _SoloExtHook) for f in sys.meta_path):
         return
-    if _TARGET in sys.modules:  # imported before the hook: register now
+    for name in _BRIDGED:  # imported before the hook: extend now
+        if name in sys.modules:
+            _bridge(sys.modules[name])
+    if _TARGET in sys.modules:
         _register_into_solo()
-        return
-    sys.meta_path.insert(0, _SoloMethodsHook())
+    sys.meta_path.insert(0, _SoloExtHook())
 
 
 install()

@@ -199,3 +199,21 @@ def test_bad_csv_inputs_raise(tmp_path):
         with pytest.raises(ValueError, match=r"^len\(\w+\)=\d+: expected 6 classes$"):
             write_per_class_csv(tmp_path / "x.csv", acc, COUNTS, **kwargs)
     assert not (tmp_path / "x.csv").exists()
+
+
+def test_shot_group_accuracy_over_batches_equals_the_whole_report():
+    """The streaming metric of solo-learn's linear model against ``longtail_report`` on the
+    same scores, fed in uneven batches."""
+    from solo_ext.eval.shot_accuracy import ShotGroupAccuracy
+
+    g = torch.Generator().manual_seed(0)
+    counts = [150, 120, 60, 30, 10, 5]
+    labels = torch.randint(0, 6, (50,), generator=g)
+    scores = torch.randn(50, 6, generator=g) + 2 * torch.nn.functional.one_hot(labels, 6)
+    metric = ShotGroupAccuracy(counts)
+    for lo, hi in ((0, 7), (7, 30), (30, 50)):
+        metric.update(scores[lo:hi], labels[lo:hi])
+    got = {k: float(v) for k, v in metric.compute(prefix="").items()}
+    want = longtail_report(scores, labels, counts)
+    for group in ("many", "medium", "few"):
+        assert got[group] == pytest.approx(want[f"acc1_{group}"])

@@ -1,24 +1,37 @@
-"""solo-learn's own, unmodified scripts with solo-ext's methods (only with the real solo-learn).
+"""solo-learn's own, unmodified scripts with the whole plugin (only with the real solo-learn).
 
-``main_pretrain.py`` trains a solo-ext method picked by name from ``solo.methods.METHODS`` (the
-start-up hook registered it), ``main_linear.py`` evaluates the checkpoint, and solo-ext's kNN
-evaluation reads the same solo-learn run directory.
+The scripts run as a user runs them: ``python main_pretrain.py --config-name <name>`` from a
+directory with no configs (the search-path plugin finds solo-ext's), the shipped configs as
+shipped plus the README's CPU overrides, and only existing keys changed to shorten the runs.
+Checked here:
+
+- ``data.sampler`` reaches ``training_step``: the labels of every batch equal those of the
+  sampler's draw for the epoch (single process and 2-process DDP), and a misspelt name stops the
+  start in one line;
+- solo-ext's long-tailed datasets by name in ``main_pretrain.py``, ``main_linear.py`` and
+  ``main_knn.py``, with the small-image stem travelling to the linear and kNN scripts and the
+  Many / Medium / Few online kNN on by itself;
+- every shipped config through solo-learn's own ``parse_cfg``;
+- bad input: one line naming key and value, nothing written.
+
+CI cannot install solo-learn (it is not on the package index): run this file in an environment
+with solo-learn's pinned requirements and its source importable (SOLO_LEARN_DIR: its checkout).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import pickle
 import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
-import yaml
-from conftest import METHOD_NAMES, eval_cfg, tiny_cfg
-from omegaconf import OmegaConf
+from conftest import ROOT
+from test_configs import compose_config, configs, data_overrides
 
-from solo_ext import make_lt
 from solo_ext.host import HOST
 
 if HOST != "solo":
@@ -33,114 +46,305 @@ if not (SOLO_ROOT / "main_pretrain.py").is_file():
         allow_module_level=True,
     )
 
-TRAINER = {
-    "max_epochs": 1,
-    "limit_train_batches": 2,
-    "limit_val_batches": 1,
-    "num_sanity_val_steps": 0,
-    "accelerator": "cpu",
-    "devices": "1",
-    "enable_progress_bar": False,
-    "precision": 32,
-    "strategy": "auto",
-}
-QUIET = {
-    "defaults": [
-        "_self_",
-        {"override hydra/hydra_logging": "disabled"},
-        {"override hydra/job_logging": "disabled"},
-    ],
-    "hydra": {"output_subdir": None, "run": {"dir": "."}},
-}
+# the README's overrides for a CPU-only machine, exactly
+CPU = ["accelerator=cpu", 'devices="1"', "sync_batchnorm=False", "precision=32"]
+# a small synthetic_lt (existing keys of the synthetic-lt configs): 6 classes (solo-learn's linear
+# model computes acc@5), 24 ... 6 training images
+SMALL = [
+    "max_epochs=1",
+    "data.num_classes=6",
+    "data.imbalance_factor=4",
+    "data.synthetic.n_max=24",
+    "data.synthetic.val_per_class=4",
+    "optimizer.batch_size=8",
+]
 
 
-@pytest.fixture(scope="module")
-def image_folder(tmp_path_factory) -> Path:
-    """A long-tailed subset written by solo-ext-make-lt, which solo-learn reads as ``custom``.
-
-    6 classes: solo-learn's linear model computes acc@5 and needs at least 5.
-    """
-    root = tmp_path_factory.mktemp("custom") / "synthetic-lt"
-    make_lt.run(
-        [
-            "--dataset",
-            "synthetic_lt",
-            "--num_classes",
-            "6",
-            "--imbalance_factor",
-            "4",
-            "--out",
-            str(root),
-        ]
-    )
-    return root
-
-
-def _solo(script: str, cfg: dict, tmp: Path) -> subprocess.CompletedProcess:
-    cfg_dir = tmp / f"cfg-{script}"
-    cfg_dir.mkdir()
-    (cfg_dir / "run.yaml").write_text(yaml.safe_dump({**QUIET, **cfg}))
-    proc = subprocess.run(
-        [
-            sys.executable,
-            str(SOLO_ROOT / script),
-            "--config-path",
-            str(cfg_dir),
-            "--config-name",
-            "run.yaml",
-        ],
-        cwd=tmp,
+def solo(script: str, args: list[str], cwd: Path, **env: str) -> subprocess.CompletedProcess:
+    """``python <solo-learn>/<script> <args>`` in ``cwd``, with the test shim on PYTHONPATH."""
+    shim = str(ROOT / "tests" / "solo_shim")
+    path = os.pathsep.join(filter(None, [shim, os.environ.get("PYTHONPATH")]))
+    return subprocess.run(
+        [sys.executable, str(SOLO_ROOT / script), *args],
+        cwd=cwd,
         capture_output=True,
         text=True,
         timeout=600,
-        env={**os.environ, "PYTHONWARNINGS": "ignore"},
+        env={**os.environ, "PYTHONPATH": path, "PYTHONWARNINGS": "ignore", **env},
     )
+
+
+def ok(proc: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
     assert proc.returncode == 0, proc.stderr[-4000:]
     return proc
 
 
-@pytest.mark.parametrize("method", METHOD_NAMES)
-def test_main_pretrain_then_linear_and_knn(method, image_folder, tmp_path):
-    data = {
-        "dataset": "custom",
-        "train_path": str(image_folder / "train"),
-        "val_path": str(image_folder / "val"),
-        "format": "image_folder",
-        "num_workers": 0,
-    }
-    # the suite's tiny config, in solo-learn's form: its data, trainer and resume keys
-    cfg = OmegaConf.to_container(tiny_cfg(method, tmp_path))
-    cfg.update(
-        name=f"solo-{method}",
-        data=data,
-        auto_resume={"enabled": False},
-        wandb={"enabled": False},
-        **TRAINER,
-    )
-    _solo("main_pretrain.py", cfg, tmp_path)
+def spied(spy: Path, rank: int = 0) -> list[list[int]]:
+    lines = (spy / f"labels-{rank}.jsonl").read_text().splitlines()
+    return [json.loads(line) for line in lines]
+
+
+def tree(path: Path) -> list[str]:
+    return sorted(str(p.relative_to(path)) for p in path.rglob("*"))
+
+
+def synthetic_labels() -> list[int]:
+    """The training labels of SMALL's synthetic_lt, in dataset order."""
+    from solo_ext.data.longtail import lt_counts
+
+    return [c for c, n in enumerate(lt_counts(24, 6, 4)) for _ in range(n)]
+
+
+def expected_batches(name: str, labels: list[int], seed: int, world: int, rank: int, batch: int):
+    """The labels of the batches a rank's loader gives in epoch 0 (drop_last)."""
+    from solo_ext.data.samplers import build_sampler
+
+    sampler = build_sampler(name, labels, seed=seed, num_replicas=world, rank=rank)
+    order = [labels[i] for i in sampler]
+    return [order[i : i + batch] for i in range(0, len(order) - batch + 1, batch)]
+
+
+# --- samplers -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("sampler", ["class_balanced", None])
+def test_sampler_reaches_training_step(sampler, tmp_path):
+    spy = tmp_path / "spy"
+    spy.mkdir()
+    extra = [f"+data.sampler.name={sampler}"] if sampler else []
+    args = ["--config-name", "synthetic-lt/dscl", *CPU, *SMALL, *extra]
+    ok(solo("main_pretrain.py", args, tmp_path, SOLO_EXT_TEST_SPY=str(spy)))
+    seen = spied(spy)
+    labels = synthetic_labels()
+    assert len(seen) == len(labels) // 8 and all(len(b) == 8 for b in seen)
+    if sampler is None:  # solo-learn's own shuffle: every image at most once
+        counts = np.bincount(sum(seen, []), minlength=6)
+        assert (counts <= np.bincount(labels)).all()
+        return
+    # exactly the sampler's draw for epoch 0, seeded with the run's seed (the config's 5)
+    assert seen == expected_batches(sampler, labels, 5, 1, 0, 8)
+    # and its law: about a sixth of the draws each, where the data has 31 % head, 8 % tail
+    counts = np.bincount(sum(seen, []), minlength=6) / sum(map(len, seen))
+    assert counts[0] < 0.25 and counts[-1] > 0.1
+
+
+def test_sampler_under_ddp_shards_by_rank(tmp_path):
+    spy = tmp_path / "spy"
+    spy.mkdir()
+    args = [
+        "--config-name",
+        "synthetic-lt/dscl",
+        *[a for a in CPU if not a.startswith("devices")],
+        'devices="2"',
+        "strategy=ddp",
+        *SMALL,
+        "optimizer.batch_size=4",
+        "+data.sampler.name=sqrt",
+    ]
+    ok(solo("main_pretrain.py", args, tmp_path, SOLO_EXT_TEST_SPY=str(spy)))
+    labels = synthetic_labels()
+    for rank in (0, 1):
+        assert spied(spy, rank) == expected_batches("sqrt", labels, 5, 2, rank, 4)
+
+
+# --- long-tailed datasets by name, through the three scripts ------------------------------
+
+
+@pytest.fixture(scope="module")
+def pretrained(tmp_path_factory) -> Path:
+    """dscl on synthetic_lt through main_pretrain.py with ResNet-18, whose small-image stem
+    comes from the dataset table; returns the run directory."""
+    tmp = tmp_path_factory.mktemp("pretrain")
+    args = ["--config-name", "synthetic-lt/dscl", *CPU, *SMALL, "backbone.name=resnet18"]
+    ok(solo("main_pretrain.py", args, tmp))
+    (run_dir,) = (tmp / "trained_models" / "dscl").iterdir()
+    saved = json.loads((run_dir / "args.json").read_text())
+    assert saved["backbone"]["kwargs"]["small_image_stem"] is True
+    assert saved["data"]["train_class_counts"] == np.bincount(synthetic_labels()).tolist()
+    assert_cifar_stem(next(run_dir.glob("*.ckpt")))
+    assert_online_shot_groups(tmp)
+    return run_dir
+
+
+def assert_cifar_stem(ckpt: Path) -> None:
+    import torch
+
+    state = torch.load(ckpt, map_location="cpu", weights_only=False)["state_dict"]
+    assert state["backbone.conv1.weight"].shape[-1] == 3  # solo-learn's CIFAR stem, not 7x7
+
+
+def assert_online_shot_groups(run_cwd: Path, prefix: str = "val_knn_acc1_") -> None:
+    """The Many / Medium / Few accuracy was logged by itself (solo-learn's runs without wandb
+    log through Lightning's default logger, into lightning_logs/)."""
+    (metrics,) = (run_cwd / "lightning_logs").rglob("metrics.csv")
+    rows = metrics.read_text().splitlines()
+    assert all(f"{prefix}{g}" in rows[0] for g in ("many", "medium", "few")), rows[0]
+
+
+def test_main_linear_and_knn_on_a_long_tailed_dataset(pretrained, tmp_path):
+    """main_linear.py: the linear config's class-balanced sampler reaches the linear model's
+    training_step, and the backbone (its stem from args.json) loads; main_knn.py by name."""
+    (ckpt,) = pretrained.glob("*.ckpt")
+    spy = tmp_path / "spy"
+    spy.mkdir()
+    linear = [
+        "--config-name",
+        "synthetic-lt/dscl",
+        *CPU,
+        *SMALL,
+        f"pretrained_feature_extractor='{ckpt}'",
+        "backbone.name=resnet18",
+        "checkpoint.enabled=False",
+    ]
+    proc = ok(solo("main_linear.py", linear, tmp_path, SOLO_EXT_TEST_SPY=str(spy)))
+    assert "'class_balanced' sampler" in proc.stdout
+    assert spied(spy) == expected_batches("class_balanced", synthetic_labels(), 5, 1, 0, 8)
+    assert_online_shot_groups(tmp_path, "val_acc1_")  # main_linear's model, on a long tail
+    knn = [
+        "--dataset",
+        "synthetic_lt",
+        "--train_data_path",
+        ".",  # required by solo-learn's parser; synthetic_lt reads no files
+        "--pretrained_checkpoint_dir",
+        str(pretrained),
+        "--k",
+        "3",
+        "--temperature",
+        "0.1",
+        "--distance_function",
+        "cosine",
+        "--feature_type",
+        "backbone",
+        "--num_workers",
+        "0",
+    ]
+    proc = ok(solo("main_knn.py", knn, tmp_path, SOLO_EXT_TEST_CUDA_IS_CPU="1"))
+    assert "Result: acc@1=" in proc.stdout
+
+
+def fake_cifar100_lt(root: Path) -> None:
+    """CIFAR-100's python layout holding exactly the images CIFAR-100-LT (imbalance 100) keeps
+    of each class, and 2 test images per class."""
+    from solo_ext.data.longtail import lt_counts
+
+    folder = root / "cifar-100-python"
+    folder.mkdir(parents=True)
+    rng = np.random.default_rng(0)
+    splits = {"train": lt_counts(500, 100, 100), "test": [2] * 100}
+    for split, counts in splits.items():
+        labels = [c for c, n in enumerate(counts) for _ in range(n)]
+        pixels = rng.integers(0, 256, (len(labels), 3072), dtype=np.uint8)
+        with open(folder / split, "wb") as f:
+            pickle.dump({"data": pixels, "fine_labels": labels}, f)
+    with open(folder / "meta", "wb") as f:
+        pickle.dump({"fine_label_names": [f"c{i}" for i in range(100)]}, f)
+
+
+def test_cifar100_lt_by_name_in_main_pretrain(tmp_path):
+    fake_cifar100_lt(tmp_path / "data")
+    args = [
+        "--config-name",
+        "cifar100-lt/pbsd",
+        *CPU,
+        f"data.train_path={tmp_path / 'data'}",
+        f"data.val_path={tmp_path / 'data'}",
+        "data.download=False",  # the stand-in is there; torchvision must not fetch
+        "backbone.name=resnet18",
+        "max_epochs=1",
+        "optimizer.batch_size=16",
+        "+limit_train_batches=2",  # the whole validation split still runs (solo-learn's kNN)
+    ]
+    ok(solo("main_pretrain.py", args, tmp_path, SOLO_EXT_TEST_CIFAR_UNCHECKED="1"))
+    (run_dir,) = (tmp_path / "trained_models" / "pbsd").iterdir()
+    saved = json.loads((run_dir / "args.json").read_text())
+    assert saved["data"]["num_classes"] == 100
+    from solo_ext.data.longtail import lt_counts
+
+    assert saved["data"]["train_class_counts"] == lt_counts(500, 100, 100)
+    assert_cifar_stem(next(run_dir.glob("*.ckpt")))
+    assert_online_shot_groups(tmp_path)
+
+
+def test_used_by_command_finds_solo_exts_configs(tmp_path):
+    """``--config-name dscl.yaml`` with no config path: solo-ext's CIFAR-100-LT config, with its
+    own augmentation file."""
+    proc = ok(solo("main_pretrain.py", ["--config-name", "dscl.yaml", "--cfg", "job"], tmp_path))
+    assert "dataset: cifar100_lt" in proc.stdout and "method: dscl" in proc.stdout
+    own = (ROOT / "scripts/pretrain/cifar100-lt/augmentations/ext_symmetric.yaml").read_text()
+    assert "crop_min_scale: 0.2" in own and "crop_min_scale: 0.2" in proc.stdout
+
+
+@pytest.mark.parametrize("method", ["pbsd", "densecl", "all4one_ct", "scl"])
+def test_synthetic_lt_configs_run_as_shipped(method, tmp_path):
+    """The CPU configs, with only their epochs and data shortened."""
+    args = ["--config-name", f"synthetic-lt/{method}", *CPU, *SMALL]
+    ok(solo("main_pretrain.py", args, tmp_path))
     (run_dir,) = (tmp_path / "trained_models" / method).iterdir()
-    (ckpt,) = run_dir.glob("*.ckpt")
-    assert json.loads((run_dir / "args.json").read_text())["method"] == method
+    assert (run_dir / "args.json").is_file() and list(run_dir.glob("*.ckpt"))
 
-    _solo(
-        "main_linear.py",
-        {
-            "name": f"solo-{method}-linear",
-            "pretrained_feature_extractor": str(ckpt),
-            "backbone": {"name": "resnet18"},
-            "pretrain_method": method,
-            "data": data,
-            "optimizer": {"name": "sgd", "batch_size": 8, "lr": 0.1, "weight_decay": 0},
-            "scheduler": {"name": "step", "lr_decay_steps": [1]},
-            "checkpoint": {"enabled": False},
-            "auto_resume": {"enabled": False},
-            "wandb": {"enabled": False},
-            **TRAINER,
-        },
-        tmp_path,
-    )
 
-    from solo_ext import knn
+# --- every shipped config through solo-learn's own parse_cfg ------------------------------
 
-    metrics = knn.run(eval_cfg("knn", run_dir, k=3))
-    assert 0 <= metrics["knn_acc1"] <= 100 and metrics["num_val"] == 6 * 20
+
+@pytest.mark.parametrize("name", configs("pretrain"))
+def test_pretrain_config_through_solo_parse_cfg(name, tmp_path):
+    from solo.args.pretrain import parse_cfg
+
+    dataset = compose_config("pretrain", name).data.dataset
+    cfg = parse_cfg(compose_config("pretrain", name, CPU + data_overrides(dataset, tmp_path)))
+    assert cfg.method == Path(name).name and cfg.data.num_classes >= 2
+
+
+@pytest.mark.parametrize("name", configs("linear"))
+def test_linear_config_through_solo_parse_cfg(name, tmp_path):
+    from solo.args.linear import parse_cfg
+
+    ckpt = tmp_path / "run.ckpt"
+    ckpt.touch()
+    dataset = compose_config("linear", name).data.dataset
+    overrides = CPU + data_overrides(dataset, tmp_path) + [f"pretrained_feature_extractor={ckpt}"]
+    cfg = parse_cfg(compose_config("linear", name, overrides))
+    assert cfg.data.sampler.name == "class_balanced"
+
+
+# --- bad input: one line, nothing written -------------------------------------------------
+
+BAD = {
+    "misspelt sampler": (
+        ["+data.sampler.name=clas_balancd"],
+        "data.sampler.name='clas_balancd'",
+    ),
+    "unknown sampler key": (
+        ["+data.sampler.name=sqrt", "+data.sampler.powr=0.3"],
+        "data.sampler.powr=0.3",
+    ),
+    "sampler with dali": (
+        ["+data.sampler.name=class_balanced", "data.format=dali"],
+        "data.sampler.name='class_balanced' with data.format='dali'",
+    ),
+    "long-tailed dataset with dali": (["data.format=dali"], "data.dataset='synthetic_lt'"),
+    "imbalance factor": (["data.imbalance_factor=0.5"], "data.imbalance_factor=0.5"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD))
+def test_bad_input_stops_in_one_line_and_writes_nothing(case, tmp_path):
+    extra, message = BAD[case]
+    (tmp_path / "trained_models").mkdir()
+    (tmp_path / "trained_models" / "keep.txt").write_text("earlier work")
+    before = tree(tmp_path)
+    args = ["--config-name", "synthetic-lt/dscl", *CPU, *SMALL, *extra]
+    proc = solo("main_pretrain.py", args, tmp_path)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("main_pretrain.py: error: ") and message in last, last
+    assert "Traceback" not in proc.stderr
+    assert tree(tmp_path) == before
+
+
+def test_main_linear_without_checkpoint_is_one_line(tmp_path):
+    proc = solo("main_linear.py", ["--config-name", "synthetic-lt/dscl", *CPU], tmp_path)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("main_linear.py: error: pretrained_feature_extractor is missing"), last
+    assert list(tmp_path.iterdir()) == []

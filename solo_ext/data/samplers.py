@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from torch.utils.data import Sampler
+from torch.utils.data.distributed import DistributedSampler
 
 _SEED_STRIDE = 1_000_003
 SAMPLER_COMMON_KWARGS: dict[str, Any] = {
@@ -56,8 +56,12 @@ def _as_labels(labels: Sequence[int] | torch.Tensor) -> torch.Tensor:
     return t.long()
 
 
-class LongTailSampler(Sampler[int]):
+class LongTailSampler(DistributedSampler):
     """Base class: seeding, epochs, distributed sharding and per-class index bookkeeping.
+
+    It shards by rank itself, so it is a ``DistributedSampler`` (whose ``__init__`` it does not
+    need): Lightning then uses it as it is under DDP, in solo-learn's scripts too, instead of
+    wrapping it in a second sharding.
 
     Args:
         labels: Class label of every dataset item, in dataset order, shape [N], integers >= 0.
@@ -81,6 +85,7 @@ class LongTailSampler(Sampler[int]):
         num_samples: int | None = None,
     ) -> None:
         self.labels = _as_labels(labels)
+        self.shuffle, self.drop_last = True, False  # what DistributedSampler's readers look at
         if not isinstance(seed, Integral) or isinstance(seed, bool):
             raise ValueError(f"data.sampler.seed={seed!r}: must be an integer")
         self.seed = int(seed)

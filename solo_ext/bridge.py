@@ -1,0 +1,415 @@
+"""solo-learn's own, unmodified scripts with the whole plugin: samplers, long-tailed datasets and
+the Many / Medium / Few online kNN.
+
+solo-learn has a registry for methods only. Everything else reaches ``main_pretrain.py``,
+``main_linear.py`` and ``main_knn.py`` through the start-up hook (``solo_ext._autoload``), which
+calls :func:`patch` right after each module below has been executed, before the scripts bind its
+names:
+
+- ``solo.args.pretrain`` / ``solo.args.linear``: ``parse_cfg`` first checks solo-ext's keys
+  (``data.sampler``, solo-ext's datasets and their keys, DALI combinations; one line naming key
+  and value, before anything is built or written), then runs solo-learn's own, then adds the
+  long-tailed training counts (``data.train_class_counts``) and the ResNet stem of 32 px datasets
+  (``backbone.kwargs.small_image_stem``). The dataset lists solo-learn asserts on learn the
+  long-tailed names.
+- ``solo.args.dataset`` / ``solo.args.knn``: ``main_knn.py --dataset`` takes them too; their
+  keys (imbalance factor, split files, ...) come from the run's ``args.json``.
+- ``solo.data.pretrain_dataloader`` and ``solo.data.classification_dataloader``: the dataset
+  builders build solo-ext's datasets, the transforms use the dataset table, and the training
+  loaders draw with the configured sampler (a ``DistributedSampler``, so Lightning does not
+  re-shard it under DDP).
+- ``solo.methods.linear``: on a long-tailed dataset, ``main_linear.py``'s model also logs the
+  validation top-1 of the Many / Medium / Few classes (``val_acc1_many``, ...).
+
+solo-learn calls its loaders without the config, so the parsed run (:data:`RUN`) is kept here.
+``SOLO_EXT_AUTOLOAD=0`` switches all of it off, with the method registration.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
+
+from solo_ext.data.facts import SOLO_EXT_ONLY, facts
+
+
+@dataclass
+class Run:
+    """The parts of the parsed config that solo-learn's loaders are called without."""
+
+    data: Any  # the checked ``data`` section (DictConfig)
+    sampler: dict[str, Any] | None  # build_sampler arguments, None: solo-learn's shuffle
+    script: str
+
+
+RUN: Run | None = None
+
+
+def _prog() -> str:
+    return os.path.basename(sys.argv[0]) or "solo-learn"
+
+
+def _announce(message: str) -> None:
+    """Once per run, on the first process only (DDP children re-run the script)."""
+    if os.environ.get("LOCAL_RANK", "0") == "0" and os.environ.get("NODE_RANK", "0") == "0":
+        print(f"solo-ext: {message}", flush=True)
+
+
+def _config_errors(fn):
+    """Config errors of solo-ext's checks: one line on stderr and exit status 2."""
+
+    @functools.wraps(fn)
+    def wrapped(*args, **kwargs):
+        from solo_ext.cli import one_line_errors
+
+        with one_line_errors(_prog()):
+            return fn(*args, **kwargs)
+
+    return wrapped
+
+
+# --- parse_cfg of main_pretrain.py and main_linear.py ---------------------------------------
+
+
+def _check_checkpoint(cfg: Any) -> None:
+    """main_linear.py's checkpoint: given, and a file (solo-learn asserts without a message)."""
+    from omegaconf import OmegaConf
+
+    from solo_ext.config import ConfigError
+
+    key = "pretrained_feature_extractor"
+    value = None if OmegaConf.is_missing(cfg, key) else OmegaConf.select(cfg, key, default=None)
+    if value in (None, "None"):
+        raise ConfigError(f"{key} is missing: the .ckpt file of the pretraining run to evaluate")
+    if not os.path.isfile(str(value)):
+        raise ConfigError(f"{key}={value!r}: no such file")
+
+
+def _check_solo_ext_keys(cfg: Any, module: ModuleType) -> dict[str, Any] | None:
+    """solo-ext's keys, checked before solo-learn's ``parse_cfg`` fills anything in; returns
+    the sampler's arguments (None: no ``data.sampler``)."""
+    from omegaconf import OmegaConf
+
+    from solo_ext.config import ConfigError
+    from solo_ext.data.datasets import check_data_cfg
+    from solo_ext.data.samplers import check_sampler_cfg
+
+    OmegaConf.set_struct(cfg, False)
+    if module.__name__.endswith("linear"):
+        _check_checkpoint(cfg)
+    dataset = OmegaConf.select(cfg, "data.dataset", default=None)
+    data_format = OmegaConf.select(cfg, "data.format", default="image_folder")
+    try:
+        sampler = check_sampler_cfg(cfg, total_epochs=OmegaConf.select(cfg, "max_epochs"))
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
+    if sampler is not None:
+        if data_format == "dali" and sampler["name"] != "instance":
+            raise ConfigError(
+                f"data.sampler.name={sampler['name']!r} with data.format='dali': DALI's file "
+                "reader draws its own uniform order; use data.format=image_folder"
+            )
+        if OmegaConf.select(cfg, "data.no_labels", default=False):
+            raise ConfigError(
+                f"data.sampler.name={sampler['name']!r} with data.no_labels=true: "
+                "the samplers draw by class and need the labels"
+            )
+        sampler.setdefault("seed", OmegaConf.select(cfg, "seed", default=5))
+    if data_format == "dali" and dataset in SOLO_EXT_ONLY:
+        raise ConfigError(
+            f"data.dataset={dataset!r} with data.format='dali': DALI's file reader reads image "
+            "folders; write the subset with solo-ext-make-lt and train on it with "
+            "data.dataset=custom, or use data.format=image_folder"
+        )
+    if dataset in SOLO_EXT_ONLY:
+        check_data_cfg(cfg)
+        # solo-learn's parse_cfg reads the class count of a known name from this table
+        module._N_CLASSES_PER_DATASET[dataset] = cfg.data.num_classes
+    return sampler
+
+
+def _wrap_parse_cfg(module: ModuleType) -> None:
+    original = module.parse_cfg
+    script = "main_linear.py" if module.__name__.endswith("linear") else "main_pretrain.py"
+    for name in SOLO_EXT_ONLY:
+        if name not in module._SUPPORTED_DATASETS:
+            module._SUPPORTED_DATASETS.append(name)
+
+    @_config_errors
+    def parse_cfg(cfg):
+        global RUN
+        from solo_ext.config import fill_stem_option
+        from solo_ext.data.datasets import long_tail_counts
+
+        sampler = _check_solo_ext_keys(cfg, module)
+        cfg = original(cfg)
+        fill_stem_option(cfg)
+        if cfg.data.get("train_class_counts") is None:
+            counts = long_tail_counts(cfg.data)
+            if counts is not None:
+                cfg.data.train_class_counts = counts
+        RUN = Run(cfg.data, sampler, script)
+        if sampler is not None:
+            _announce(f"training batches are drawn by the {sampler['name']!r} sampler")
+        return cfg
+
+    parse_cfg.__wrapped__ = original
+    module.parse_cfg = parse_cfg
+
+
+# --- main_knn.py --------------------------------------------------------------------------
+
+
+def _wrap_dataset_args(module: ModuleType) -> None:
+    original = module.dataset_args
+
+    @functools.wraps(original)
+    def dataset_args(parser):
+        original(parser)
+        action = parser._option_string_actions["--dataset"]
+        action.choices = [*action.choices, *(n for n in SOLO_EXT_ONLY if n not in action.choices)]
+
+    module.dataset_args = dataset_args
+
+
+def _knn_data(args: Any) -> Any:
+    """The ``data`` section for ``main_knn.py --dataset <solo-ext dataset>``: the run's own
+    (``args.json``) when it was trained on that dataset, with the paths given on the command
+    line."""
+    import json
+
+    from omegaconf import OmegaConf
+
+    from solo_ext.data.datasets import check_data_cfg
+
+    data: dict[str, Any] = {}
+    args_json = os.path.join(str(args.pretrained_checkpoint_dir or ""), "args.json")
+    if os.path.isfile(args_json):
+        with open(args_json) as f:
+            trained = json.load(f).get("data") or {}
+        if trained.get("dataset") == args.dataset:
+            data = {k: v for k, v in trained.items() if k != "train_class_counts"}
+    data.update(dataset=args.dataset, format="image_folder", num_workers=args.num_workers)
+    for key, value in (("train_path", args.train_data_path), ("val_path", args.val_data_path)):
+        if value is not None:
+            data[key] = str(value)
+    cfg = OmegaConf.create({"data": data})
+    check_data_cfg(cfg)
+    return cfg.data
+
+
+def _wrap_parse_args_knn(module: ModuleType) -> None:
+    original = module.parse_args_knn
+
+    @functools.wraps(original)
+    @_config_errors
+    def parse_args_knn():
+        global RUN
+        args = original()
+        if args.dataset in SOLO_EXT_ONLY:
+            RUN = Run(_knn_data(args), None, "main_knn.py")
+        return args
+
+    module.parse_args_knn = parse_args_knn
+
+
+# --- the loaders ----------------------------------------------------------------------------
+
+
+def _run_data(dataset: str) -> Any:
+    if RUN is None or RUN.data.dataset != dataset:
+        raise RuntimeError(
+            f"solo-ext: data.dataset={dataset!r} reached solo-learn's loaders without solo-ext's "
+            "parse_cfg (is the start-up hook off? SOLO_EXT_AUTOLOAD=0)"
+        )
+    return RUN.data
+
+
+def _train_loader(dataset: Any, batch_size: int, num_workers: int) -> Any:
+    """solo-learn's training loader (batch, workers, pinned memory, drop_last), drawing with the
+    run's sampler."""
+    from torch.utils.data import DataLoader
+
+    from solo_ext.data.datasets import targets_of
+    from solo_ext.data.samplers import build_sampler
+
+    assert RUN is not None and RUN.sampler is not None
+    args = dict(RUN.sampler)
+    labels = targets_of(dataset)
+    if labels is None:
+        raise RuntimeError(f"solo-ext: {type(dataset).__name__} has no labels to sample by")
+    sampler = build_sampler(args.pop("name"), labels, **args)
+    return DataLoader(
+        dataset,
+        batch_size=batch_size,
+        sampler=sampler,
+        num_workers=num_workers,
+        pin_memory=True,
+        drop_last=True,
+    )
+
+
+def _patch_pretrain_loader(module: ModuleType) -> None:
+    build_transform, prepare_datasets = module.build_transform_pipeline, module.prepare_datasets
+    prepare_dataloader = module.prepare_dataloader
+
+    @functools.wraps(build_transform)
+    def build_transform_pipeline(dataset, cfg):
+        if dataset in SOLO_EXT_ONLY:  # the dataset table's statistics, not ImageNet's
+            from omegaconf import OmegaConf
+
+            cfg = OmegaConf.create(OmegaConf.to_container(cfg))
+            mean, std = facts(dataset).stats
+            if facts(dataset).solo_name == "custom":
+                mean, std = cfg.get("mean", mean), cfg.get("std", std)
+            cfg.mean, cfg.std = list(mean), list(std)
+        return build_transform(dataset, cfg)
+
+    @functools.wraps(prepare_datasets)
+    def prepare_datasets_(dataset, transform, *args, **kwargs):
+        if dataset not in SOLO_EXT_ONLY:
+            return prepare_datasets(dataset, transform, *args, **kwargs)
+        from solo_ext.data.datasets import IndexedNCrop, build_dataset
+
+        data = _run_data(dataset)
+        return IndexedNCrop(build_dataset(data, "train", transform), no_labels=data.no_labels)
+
+    @functools.wraps(prepare_dataloader)
+    def prepare_dataloader_(train_dataset, batch_size=64, num_workers=4):
+        if RUN is None or RUN.sampler is None:
+            return prepare_dataloader(train_dataset, batch_size, num_workers)
+        return _train_loader(train_dataset, batch_size, num_workers)
+
+    module.build_transform_pipeline = build_transform_pipeline
+    module.prepare_datasets = prepare_datasets_
+    module.prepare_dataloader = prepare_dataloader_
+
+
+def _eval_transforms(dataset: str) -> tuple[Any, Any]:
+    """Train / val transforms of a dataset solo-learn has no pipeline for (``synthetic_lt``):
+    those of solo-learn's CIFAR at the dataset's own size and statistics."""
+    from torchvision import transforms as T
+
+    f = facts(dataset)
+    norm = T.Normalize(*f.stats)
+    train = T.Compose(
+        [
+            T.RandomResizedCrop(size=f.native_size, scale=(0.08, 1.0)),
+            T.RandomHorizontalFlip(),
+            T.ToTensor(),
+            norm,
+        ]
+    )
+    return train, T.Compose([T.ToTensor(), norm])
+
+
+def _patch_classification_loader(module: ModuleType) -> None:
+    # prepare_data calls these three through the module's globals, so it follows the patches
+    prepare_transforms = module.prepare_transforms
+    prepare_datasets, prepare_dataloaders = module.prepare_datasets, module.prepare_dataloaders
+
+    @functools.wraps(prepare_transforms)
+    def prepare_transforms_(dataset):
+        if dataset not in SOLO_EXT_ONLY:
+            return prepare_transforms(dataset)
+        solo_name = facts(dataset).solo_name
+        return prepare_transforms(solo_name) if solo_name else _eval_transforms(dataset)
+
+    @functools.wraps(prepare_datasets)
+    def prepare_datasets_(dataset, T_train, T_val, *args, **kwargs):
+        if dataset not in SOLO_EXT_ONLY:
+            return prepare_datasets(dataset, T_train, T_val, *args, **kwargs)
+        from solo_ext.data.datasets import build_dataset
+
+        data = _run_data(dataset)
+        has_val = data.val_path is not None or data.dataset != "custom_lt"
+        val = build_dataset(data, "val", T_val) if has_val else None
+        return build_dataset(data, "train", T_train), val
+
+    @functools.wraps(prepare_dataloaders)
+    def prepare_dataloaders_(train_dataset, val_dataset, batch_size=64, num_workers=4):
+        if (RUN is None or RUN.sampler is None) and val_dataset is not None:
+            return prepare_dataloaders(train_dataset, val_dataset, batch_size, num_workers)
+        from torch.utils.data import DataLoader
+
+        if RUN is not None and RUN.sampler is not None:
+            train = _train_loader(train_dataset, batch_size, num_workers)
+        else:
+            train = DataLoader(
+                train_dataset, batch_size, shuffle=True, num_workers=num_workers, drop_last=True
+            )
+        val = None
+        if val_dataset is not None:
+            val = DataLoader(val_dataset, batch_size, num_workers=num_workers, pin_memory=True)
+        return train, val
+
+    module.prepare_transforms = prepare_transforms_
+    module.prepare_datasets = prepare_datasets_
+    module.prepare_dataloaders = prepare_dataloaders_
+
+
+# --- main_linear.py's model -----------------------------------------------------------------
+
+
+def _patch_linear_model(module: ModuleType) -> None:
+    base = module.LinearModel
+
+    class LinearModel(base):
+        """solo-learn's linear model; on a long-tailed dataset (the run knows its training
+        counts) it also logs the validation top-1 of the Many / Medium / Few classes."""
+
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            counts = None if RUN is None else RUN.data.get("train_class_counts")
+            self.shot_accuracy = None
+            if counts:
+                from solo_ext.eval.shot_accuracy import ShotGroupAccuracy
+
+                data = RUN.data
+                self.shot_accuracy = ShotGroupAccuracy(
+                    counts, data.get("many_threshold", 100), data.get("few_threshold", 20)
+                )
+                self._last_logits = None
+                self.classifier.register_forward_hook(self._keep_logits)
+
+        def _keep_logits(self, _module, _inputs, logits) -> None:
+            self._last_logits = logits
+
+        def validation_step(self, batch, batch_idx):
+            out = super().validation_step(batch, batch_idx)
+            if self.shot_accuracy is not None and not self.trainer.sanity_checking:
+                self.shot_accuracy.update(self._last_logits.detach().float(), batch[1])
+            return out
+
+        def on_validation_epoch_end(self):
+            super().on_validation_epoch_end()
+            if self.shot_accuracy is not None:
+                if not self.trainer.sanity_checking:
+                    self.log_dict(self.shot_accuracy.compute())  # synced by the metric
+                self.shot_accuracy.reset()
+
+    LinearModel.__name__ = LinearModel.__qualname__ = base.__name__
+    module.LinearModel = LinearModel
+
+
+PATCHES = {
+    "solo.args.pretrain": _wrap_parse_cfg,
+    "solo.args.linear": _wrap_parse_cfg,
+    "solo.args.dataset": _wrap_dataset_args,
+    "solo.args.knn": _wrap_parse_args_knn,
+    "solo.data.pretrain_dataloader": _patch_pretrain_loader,
+    "solo.data.classification_dataloader": _patch_classification_loader,
+    "solo.methods.linear": _patch_linear_model,
+}
+
+
+def patch(module: ModuleType) -> None:
+    """Applies this module's patch to a freshly executed solo-learn module (once)."""
+    if getattr(module, "_solo_ext_patched", False):
+        return
+    PATCHES[module.__name__](module)
+    module._solo_ext_patched = True

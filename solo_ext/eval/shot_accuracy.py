@@ -1,0 +1,47 @@
+"""Many / Medium / Few top-1 accuracy accumulated over batches (a torchmetrics Metric, so it
+syncs across processes); the streaming counterpart of ``longtail_report`` for a classifier
+evaluated batch by batch, such as solo-learn's linear model."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torchmetrics import Metric
+
+from solo_ext.data.longtail import SHOT_GROUPS, shot_groups
+
+
+class ShotGroupAccuracy(Metric):
+    """Top-1 accuracy (percent) over the samples of each shot group's classes.
+
+    Args:
+        train_class_counts: training images per class, which decide the groups.
+        many_threshold, few_threshold: the group boundaries (see ``solo_ext.data.longtail``).
+    """
+
+    full_state_update = False
+
+    def __init__(
+        self, train_class_counts: Sequence[int], many_threshold: int = 100, few_threshold: int = 20
+    ):
+        super().__init__()
+        groups = shot_groups(list(train_class_counts), many_threshold, few_threshold)
+        # [3, C]: class c belongs to group g
+        member = torch.tensor([[g == group for g in groups] for group in SHOT_GROUPS])
+        self.register_buffer("member", member.double(), persistent=False)
+        num_classes = len(groups)
+        self.add_state("correct", torch.zeros(num_classes, dtype=torch.float64), "sum")
+        self.add_state("total", torch.zeros(num_classes, dtype=torch.float64), "sum")
+
+    def update(self, logits: torch.Tensor, targets: torch.Tensor) -> None:
+        """logits [N, C], targets [N]."""
+        hit = (logits.argmax(dim=1) == targets).double()
+        self.correct.index_add_(0, targets, hit)
+        self.total.index_add_(0, targets, torch.ones_like(hit))
+
+    def compute(self, prefix: str = "val_acc1_") -> dict[str, torch.Tensor]:
+        """``{prefix}many`` ... (NaN for a group without a sample)."""
+        member = self.member.to(self.correct.device)
+        acc = 100 * (member @ self.correct) / (member @ self.total)
+        return {f"{prefix}{group}": acc[i] for i, group in enumerate(SHOT_GROUPS)}

@@ -1,0 +1,60 @@
+"""Test-only start-up code for solo-learn's scripts run as subprocesses by
+tests/test_solo_learn_scripts.py (on ``PYTHONPATH``, so DDP's child processes load it too).
+
+- ``SOLO_EXT_TEST_SPY=<dir>``: every training step appends the labels of its batch, as
+  ``training_step`` receives them, to ``<dir>/labels-<rank>.jsonl`` (solo-ext's methods and
+  solo-learn's linear model), so a test can compare them with the sampler's law.
+- ``SOLO_EXT_TEST_CUDA_IS_CPU=1``: ``.cuda()`` is a no-op (solo-learn's ``main_knn.py`` moves
+  every batch with ``.cuda()``; this machine has no GPU).
+- ``SOLO_EXT_TEST_CIFAR_UNCHECKED=1``: torchvision skips the checksums of CIFAR's files (the
+  tests write tiny stand-ins).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+
+def _record(labels) -> None:
+    rank = os.environ.get("LOCAL_RANK", "0")
+    with open(os.path.join(os.environ["SOLO_EXT_TEST_SPY"], f"labels-{rank}.jsonl"), "a") as f:
+        f.write(json.dumps([int(t) for t in labels]) + "\n")
+
+
+def _spy_on(cls, label_index: int) -> None:
+    step = cls.training_step
+
+    def training_step(self, batch, batch_idx):
+        _record(batch[label_index].tolist())
+        return step(self, batch, batch_idx)
+
+    cls.training_step = training_step
+
+
+# module -> what to do once it has been executed
+AFTER = {}
+if os.environ.get("SOLO_EXT_TEST_SPY"):
+    AFTER["solo_ext.methods.base"] = lambda m: _spy_on(m.MomentumQueueMethod, 2)
+    AFTER["solo.methods.linear"] = lambda m: _spy_on(m.LinearModel, 1)
+if os.environ.get("SOLO_EXT_TEST_CUDA_IS_CPU"):
+
+    def _cuda_is_cpu(torch):
+        torch.Tensor.cuda = lambda self, *args, **kwargs: self
+        torch.nn.Module.cuda = lambda self, *args, **kwargs: self
+
+    AFTER["torch"] = _cuda_is_cpu
+if os.environ.get("SOLO_EXT_TEST_CIFAR_UNCHECKED"):
+
+    def _unchecked(cifar):
+        cifar.CIFAR10._check_integrity = lambda self: True
+        cifar.check_integrity = lambda *args, **kwargs: True
+
+    AFTER["torchvision.datasets.cifar"] = _unchecked
+
+
+if AFTER:
+    from solo_ext._autoload import AfterImport  # imports nothing else
+
+    sys.meta_path.insert(0, AfterImport(AFTER))
