@@ -9,6 +9,12 @@ them with Lightning, optionally with a long-tail sampler (``data.sampler``; DSCL
 classifier with ``class_balanced``). Overall and Many / Medium / Few accuracy go into
 ``metrics.json`` beside the checkpoint, per-class accuracy into ``linear_per_class.csv`` and
 ``linear_per_class.png``. Keys: ``solo_ext/conf/linear.yaml``.
+
+It also takes solo-learn's linear configs (``scripts/linear``, the ones ``main_linear.py``
+reads): ``pretrained_feature_extractor`` names the checkpoint, ``optimizer.lr`` is given per 256
+images and scaled by the batch as solo-learn does, and the keys in :data:`SOLO_LINEAR_KEYS` are
+accepted without being used (a frozen-feature probe needs no backbone settings, scheduler,
+strategy or checkpointing).
 """
 
 from __future__ import annotations
@@ -23,9 +29,16 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from solo_ext.cli import hydra_entry
-from solo_ext.config import ConfigError, check_range
+from solo_ext.config import ConfigError, check_choice, check_range
 from solo_ext.data.samplers import build_sampler, check_sampler_cfg
 from solo_ext.eval.common import load_for_eval, report, split_features
+
+# keys of solo-learn's linear configs that this probe accepts and does not use
+SOLO_LINEAR_KEYS = (
+    "name", "backbone", "pretrain_method", "scheduler", "checkpoint", "auto_resume", "wandb",
+    "strategy", "precision", "sync_batchnorm", "hydra", "defaults", "auto_augment",
+    "label_smoothing", "mixup", "cutmix", "finetune", "performance", "num_nodes",
+)  # fmt: skip
 
 
 class LinearProbe(pl.LightningModule):
@@ -69,6 +82,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     check_range("optimizer.batch_size", cfg.optimizer.batch_size, 1)
     check_range("optimizer.lr", cfg.optimizer.lr, 0, low_open=True)
     check_range("optimizer.weight_decay", cfg.optimizer.weight_decay, 0)
+    check_choice("optimizer.name", OmegaConf.select(cfg, "optimizer.name", default="sgd"), ["sgd"])
     backbone, pre_cfg, out_dir = load_for_eval(cfg)
     try:
         sampler_args = check_sampler_cfg(pre_cfg, total_epochs=cfg.max_epochs)
@@ -92,7 +106,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     probe = LinearProbe(
         train_x.size(1),
         pre_cfg.data.num_classes,
-        cfg.optimizer.lr,
+        cfg.optimizer.lr * batch_size / 256,  # solo-learn's rule: lr given per 256 images
         cfg.optimizer.weight_decay,
         cfg.max_epochs,
         cfg.feature_norm,

@@ -11,7 +11,6 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import ROOT
 
 TINY = [
     "max_epochs=1",
@@ -52,14 +51,12 @@ def pretrained_run(tmp_path_factory) -> Path:
     proc = _run(
         _script("solo-ext-pretrain")
         + [
-            "--config-path",
-            "scripts/pretrain/synthetic-lt",
             "--config-name",
-            "pbsd.yaml",
+            "synthetic-lt/pbsd",
             *TINY,
             f"checkpoint.dir={out}",
         ],
-        cwd=ROOT,
+        cwd=out,  # any directory: the search-path plugin finds the config
     )
     assert "kNN (k=20, cosine) on synthetic_lt val: acc@1" in proc.stdout and "few" in proc.stdout
     (run_dir,) = (out / "pbsd").iterdir()

@@ -23,10 +23,8 @@ def test_two_setup_commands_run_by_ci():
 
 def test_main_job_command_is_the_tested_one():
     main_job = _blocks()[1]
-    assert main_job == [
-        "solo-ext-pretrain --config-path scripts/pretrain/synthetic-lt --config-name pbsd.yaml"
-    ]
+    assert main_job == ["solo-ext-pretrain --config-name synthetic-lt/pbsd"]
     assert (ROOT / "scripts/pretrain/synthetic-lt/pbsd.yaml").is_file()
     cli_test = (ROOT / "tests" / "test_cli.py").read_text()
-    for token in ("solo-ext-pretrain", "scripts/pretrain/synthetic-lt", "pbsd.yaml"):
+    for token in ("solo-ext-pretrain", "--config-name", "synthetic-lt/pbsd"):
         assert f'"{token}"' in cli_test

@@ -25,8 +25,15 @@ def load_for_eval(cfg: DictConfig) -> tuple[nn.Module, DictConfig, Path]:
     run_dir = OmegaConf.select(cfg, "pretrained_checkpoint_dir", default=None)
     ckpt = OmegaConf.select(cfg, "pretrained_feature_extractor", default=None)
     if run_dir is None and ckpt is None:
-        raise ConfigError("pretrained_checkpoint_dir is missing (the run directory to evaluate)")
-    backbone, pre_cfg, ckpt_path = load_run(run_dir or Path(ckpt).parent)
+        raise ConfigError(
+            "pretrained_checkpoint_dir is missing (the run directory to evaluate; or "
+            "pretrained_feature_extractor, its checkpoint)"
+        )
+    if run_dir is None and not Path(ckpt).is_file():
+        raise FileNotFoundError(f"pretrained_feature_extractor={str(ckpt)!r}: no such file")
+    backbone, pre_cfg, ckpt_path = (
+        load_run(run_dir) if run_dir is not None else load_run(Path(ckpt).parent, ckpt)
+    )
     for key in ("method", "backbone.name"):  # named in the evaluation config: must agree
         given = OmegaConf.select(cfg, key, default=None)
         trained = OmegaConf.select(pre_cfg, key, default=None)

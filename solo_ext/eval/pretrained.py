@@ -15,16 +15,18 @@ from solo_ext.config import ConfigError
 from solo_ext.host import build_backbone
 
 
-def load_run(run_dir: str | Path) -> tuple[nn.Module, DictConfig, Path]:
+def load_run(
+    run_dir: str | Path, ckpt_path: str | Path | None = None
+) -> tuple[nn.Module, DictConfig, Path]:
     """Backbone (with the run's weights), config (``args.json``) and checkpoint path of a run
-    directory ``<dir>/<method>/<run id>/``."""
+    directory ``<dir>/<method>/<run id>/`` (its newest checkpoint, or ``ckpt_path``)."""
     run_dir = Path(run_dir)
     args_path = run_dir / "args.json"
     if not args_path.is_file():
         raise FileNotFoundError(f"pretrained_checkpoint_dir={str(run_dir)!r}: no args.json")
     with open(args_path) as f:
         cfg = OmegaConf.create(json.load(f))
-    ckpt_path = find_checkpoint(run_dir)
+    ckpt_path = find_checkpoint(run_dir) if ckpt_path is None else Path(ckpt_path)
     backbone = build_backbone(
         cfg.backbone.name, cfg.method, cfg.data.dataset, cfg.backbone.get("kwargs") or {}
     )
