@@ -62,17 +62,17 @@ class AfterImport(importlib.abc.MetaPathFinder):
 
     def __init__(self, callbacks: dict[str, Callable[[ModuleType], None]]):
         self.callbacks = callbacks
+        self._finding: set[str] = set()  # another AfterImport may ask this one back
 
     def find_spec(self, fullname, path, target=None):
-        if fullname not in self.callbacks:
+        if fullname not in self.callbacks or fullname in self._finding:
             return None
-        for finder in sys.meta_path:
-            if finder is self or not hasattr(finder, "find_spec"):
-                continue
-            spec = finder.find_spec(fullname, path, target)
-            if spec is not None:
-                break
-        else:
+        self._finding.add(fullname)
+        try:
+            spec = self._others_spec(fullname, path, target)
+        finally:
+            self._finding.discard(fullname)
+        if spec is None:
             return None
         loader = spec.loader
         if loader is None or not hasattr(loader, "exec_module"):
@@ -85,6 +85,15 @@ class AfterImport(importlib.abc.MetaPathFinder):
 
         loader.exec_module = exec_then
         return spec
+
+    def _others_spec(self, fullname, path, target):
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(fullname, path, target)
+            if spec is not None:
+                return spec
+        return None
 
 
 class _SoloExtHook(AfterImport):

@@ -43,7 +43,6 @@ class Run:
 
     data: Any  # the checked ``data`` section (DictConfig)
     sampler: dict[str, Any] | None  # build_sampler arguments, None: solo-learn's shuffle
-    script: str
 
 
 RUN: Run | None = None
@@ -119,6 +118,9 @@ def _check_solo_ext_keys(cfg: Any, module: ModuleType) -> dict[str, Any] | None:
                 "the samplers draw by class and need the labels"
             )
         sampler.setdefault("seed", OmegaConf.select(cfg, "seed", default=5))
+        if data_format == "dali":  # 'instance': the law of DALI's own uniform shuffle
+            _announce("data.format=dali: DALI's reader draws the order (uniform, as 'instance')")
+            sampler = None
     if data_format == "dali" and dataset in SOLO_EXT_ONLY:
         raise ConfigError(
             f"data.dataset={dataset!r} with data.format='dali': DALI's file reader reads image "
@@ -134,7 +136,6 @@ def _check_solo_ext_keys(cfg: Any, module: ModuleType) -> dict[str, Any] | None:
 
 def _wrap_parse_cfg(module: ModuleType) -> None:
     original = module.parse_cfg
-    script = "main_linear.py" if module.__name__.endswith("linear") else "main_pretrain.py"
     for name in SOLO_EXT_ONLY:
         if name not in module._SUPPORTED_DATASETS:
             module._SUPPORTED_DATASETS.append(name)
@@ -152,7 +153,7 @@ def _wrap_parse_cfg(module: ModuleType) -> None:
             counts = long_tail_counts(cfg.data)
             if counts is not None:
                 cfg.data.train_class_counts = counts
-        RUN = Run(cfg.data, sampler, script)
+        RUN = Run(cfg.data, sampler)
         if sampler is not None:
             _announce(f"training batches are drawn by the {sampler['name']!r} sampler")
         return cfg
@@ -211,7 +212,7 @@ def _wrap_parse_args_knn(module: ModuleType) -> None:
         global RUN
         args = original()
         if args.dataset in SOLO_EXT_ONLY:
-            RUN = Run(_knn_data(args), None, "main_knn.py")
+            RUN = Run(_knn_data(args), None)
         return args
 
     module.parse_args_knn = parse_args_knn

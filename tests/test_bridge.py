@@ -4,6 +4,7 @@ solo-learn) checks what the bridge adds; tests/test_solo_learn_scripts.py runs t
 
 from __future__ import annotations
 
+import sys
 import types
 
 import pytest
@@ -103,3 +104,21 @@ def test_loaders_build_the_dataset_and_draw_with_the_sampler():
     order = list(build_sampler("class_balanced", labels, seed=3))
     drawn = [int(t) for _, _, targets in loader for t in targets]
     assert drawn == [labels[i] for i in order][: len(order) // 4 * 4]
+
+
+def test_two_after_import_hooks_on_one_module_both_run_once(tmp_path, monkeypatch):
+    """solo-ext's hook beside another one (the tests' spy does this to solo-learn's modules):
+    each finds the module through the other without recursing, and both callbacks run once,
+    before the importer sees the module."""
+    (tmp_path / "after_import_probe.py").write_text("VALUE = 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    calls = []
+    hooks = [
+        _autoload.AfterImport({"after_import_probe": lambda m, i=i: calls.append((i, m.VALUE))})
+        for i in range(2)
+    ]
+    monkeypatch.setattr(sys, "meta_path", [*hooks, *sys.meta_path])
+    monkeypatch.delitem(sys.modules, "after_import_probe", raising=False)
+    import after_import_probe  # noqa: F401
+
+    assert sorted(calls) == [(0, 1), (1, 1)]

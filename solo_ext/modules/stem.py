@@ -45,7 +45,8 @@ def with_stem_option(builder: Callable[..., nn.Module]) -> Callable[..., nn.Modu
 
 
 def add_stem_option(registry: dict[str, Callable[..., nn.Module]]) -> None:
-    """Gives every ResNet builder of a backbone registry the ``small_image_stem`` keyword."""
+    """Gives every builder of a backbone registry the ``small_image_stem`` keyword (a backbone
+    without a 7x7 first convolution, a ViT say, has no stem to swap and ignores it), as the
+    embedded host's ``build_backbone`` does."""
     for name, builder in list(registry.items()):
-        if name.startswith("resnet"):
-            registry[name] = with_stem_option(builder)
+        registry[name] = with_stem_option(builder)
