@@ -27,6 +27,11 @@ def check_choice(key: str, value: Any, choices: Iterable[str]) -> None:
         raise ConfigError(f"{key}={value!r}: not one of {choices}{hint}")
 
 
+def check_bool(key: str, value: Any) -> None:
+    if not isinstance(value, bool):
+        raise ConfigError(f"{key}={value!r}: must be true or false")
+
+
 def require(cfg: DictConfig, *keys: str) -> None:
     """Raises for the first key that is missing (absent, null or ``???``)."""
     for key in keys:

@@ -67,7 +67,7 @@ def _loss_fns(gather, rank: int, world: int):
             x["q"], x["k"], x["queue"], x["q_dense"], x["k_dense"], x["queue"], x["match"], 0.5
         )[0]
 
-    def all4one(x):
+    def all4one_terms(x, gather_feature=False):
         b = x["p"].size(1)
         return all4one_objective(
             tuple(x["p"]),
@@ -81,12 +81,17 @@ def _loss_fns(gather, rank: int, world: int):
             0.1,
             gather=gather,
             offset=rank * b,
-        ).total
+            gather_feature=gather_feature,
+        )
 
     return {
         "dscl": (dscl, ["q", "k"]),
         "densecl": (densecl, ["q", "q_dense"]),
-        "all4one": (all4one, ["p", "c", "proj"]),
+        # feature_gather: true, the whole objective on the gathered batch
+        "all4one_feature_gather": (lambda x: all4one_terms(x, True).total, ["p", "c", "proj"]),
+        # the default: everything but the feature term; that one is each rank's own (below)
+        "all4one": (lambda x: all4one_terms(x).neighbour + all4one_terms(x).centroid, ["p", "c"]),
+        "all4one_terms": (all4one_terms, []),
     }
 
 
@@ -108,7 +113,17 @@ def loss_checks(rank: int, world: int) -> dict:
 
     results = {}
     single = _loss_fns(lambda x: x, 0, 1)  # one process with the whole batch: no gather
-    for name, (fn, grad_keys) in _loss_fns(gather, rank, world).items():
+    fns = _loss_fns(gather, rank, world)
+    # the default all4one objective's terms on this rank, and on this rank's half alone (one
+    # process, no gather): the published code's feature term is computed on each rank's batch
+    terms = fns.pop("all4one_terms")[0](_slice(_inputs(world), rank))
+    own = single.pop("all4one_terms")[0](_slice(_inputs(world), rank))
+    results["all4one_terms"] = {
+        "feature": terms.feature.item(),
+        "own_half_feature": own.feature.item(),
+        "whole_feature": all4one_whole_feature(world),
+    }
+    for name, (fn, grad_keys) in fns.items():
         full = _inputs(world)
         for key in grad_keys:
             full[key] = full[key].clone().requires_grad_()
@@ -129,6 +144,14 @@ def loss_checks(rank: int, world: int) -> dict:
     return results
 
 
+def all4one_whole_feature(world: int) -> float:
+    """The feature term of the whole 2B batch in one process."""
+    from solo_ext.losses.all4one import redundancy_reduction
+
+    x = _inputs(world)
+    return redundancy_reduction(tuple(x["mz"]), tuple(x["proj"])).item()
+
+
 def training_runs(out_dir: Path, rank: int) -> dict:
     from conftest import tiny_cfg
 
@@ -145,7 +168,10 @@ def training_runs(out_dir: Path, rank: int) -> dict:
 
     IndexedNCrop.__getitem__ = recording
     runs = {}
-    for method in sorted(SOLO_EXT_METHODS):
+    # every method, and dscl with both directions and a queue per view
+    variants = [(m, m, {}) for m in sorted(SOLO_EXT_METHODS)]
+    variants.append(("dscl_symmetric", "dscl", {"method_kwargs.symmetric": True}))
+    for name, method, extra in variants:
         drawn.clear()
         cfg = tiny_cfg(
             method,
@@ -158,13 +184,12 @@ def training_runs(out_dir: Path, rank: int) -> dict:
                 "checkpoint.enabled": False,
                 "method_kwargs.queue_size": 20,  # 2 x 4 per view per step: wraps around
                 "optimizer.batch_size": 4,
+                **extra,
             },
         )
         if method == "all4one_ct":
             cfg.method_kwargs.pred_hidden_dim = 16
-        if method == "densecl":
-            cfg.method_kwargs.warmup_steps = 0
-        print(f"rank {rank}: {method}", flush=True)
+        print(f"rank {rank}: {name}", flush=True)
         model = run(cfg)["model"]
         buffers = {
             k: v.clone()
@@ -172,7 +197,7 @@ def training_runs(out_dir: Path, rank: int) -> dict:
             if k.startswith(("queue", "dense_queue"))
         }
         momentum = torch.cat([p.flatten() for p in model.momentum_backbone.parameters()])
-        runs[method] = {"buffers": buffers, "momentum": momentum, "drawn": list(drawn)}
+        runs[name] = {"buffers": buffers, "momentum": momentum, "drawn": list(drawn)}
     IndexedNCrop.__getitem__ = original
     return runs
 

@@ -42,7 +42,7 @@ def ranks(tmp_path_factory) -> list[dict]:
     return [torch.load(out / f"rank{r}.pt", weights_only=False) for r in range(2)]
 
 
-@pytest.mark.parametrize("loss", ["dscl", "densecl", "all4one"])
+@pytest.mark.parametrize("loss", ["dscl", "densecl", "all4one", "all4one_feature_gather"])
 def test_two_halves_equal_one_whole_batch(ranks, loss):
     per_rank = [r["losses"][loss] for r in ranks]
     mean = sum(r["loss"] for r in per_rank) / 2
@@ -52,13 +52,24 @@ def test_two_halves_equal_one_whole_batch(ranks, loss):
             torch.testing.assert_close(grad, r["whole_grads"][key], rtol=1e-4, atol=1e-6)
 
 
-@pytest.mark.parametrize("method", sorted(SOLO_EXT_METHODS))
+def test_all4one_feature_term_is_each_ranks_own(ranks):
+    """As the published code computes it: on the rank's own batch, not the gathered one."""
+    for rank in ranks:
+        terms = rank["losses"]["all4one_terms"]
+        assert terms["feature"] == pytest.approx(terms["own_half_feature"], rel=1e-6)
+        assert terms["feature"] != pytest.approx(terms["whole_feature"], rel=1e-3)
+
+
+@pytest.mark.parametrize("method", [*sorted(SOLO_EXT_METHODS), "dscl_symmetric"])
 def test_ranks_agree_after_ddp_steps(ranks, method):
     zero, one = (r["runs"][method] for r in ranks)
     assert zero["buffers"].keys() == one["buffers"].keys() and zero["buffers"]
     for key, value in zero["buffers"].items():
         assert torch.equal(value, one["buffers"][key]), key
     torch.testing.assert_close(zero["momentum"], one["momentum"])
-    views = 1 if method == "all4one_ct" else 2  # all4one_ct enqueues the first view
-    assert zero["buffers"]["queue.ptr"].item() == (3 * views * 2 * 4) % 20
+    # one view's keys of the gathered batch (2 ranks x 4) per step, in each queue
+    pointers = [k for k in zero["buffers"] if k.endswith("ptr")]
+    assert len(pointers) == {"densecl": 2, "dscl_symmetric": 2}.get(method, 1)
+    for key in pointers:
+        assert zero["buffers"][key].item() == (3 * 2 * 4) % 20, key
     assert zero["drawn"] and not set(zero["drawn"]) & set(one["drawn"])

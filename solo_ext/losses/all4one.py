@@ -114,6 +114,7 @@ def all4one_objective(
     eta: float = 5.0,
     gather: Callable[[torch.Tensor], torch.Tensor] = _identity,
     offset: int = 0,
+    gather_feature: bool = False,
 ) -> All4OneTerms:
     """The loss of one step, both views (each argument is a (view 1, view 2) pair of [B, ...]).
 
@@ -123,7 +124,9 @@ def all4one_objective(
         support-set keys [B, >=k, D], nearest first.
         centroid_fn: sequences [N, k, D] -> centroids [N, D] (the centroid transformer).
         gather, offset: the all-gather of the batch (with gradients) and this process's first
-            row in it; the InfoNCE candidates and the feature term use the gathered batch.
+            row in it; the InfoNCE candidates use the gathered batch.
+        gather_feature: the feature term on the gathered batch too; by default on this
+            process's own batch, as the published code computes it (the same on one process).
     """
     b = p[0].size(0)
     nn1, nn2 = neighbours
@@ -140,7 +143,8 @@ def all4one_objective(
         info_nce(rich1, gather(shifted2), centroid_temperature, offset)
         + info_nce(rich2, gather(shifted1), centroid_temperature, offset)
     ) / 2
+    batch = gather if gather_feature else _identity
     feature = redundancy_reduction(
-        (gather(momentum_z[0]), gather(momentum_z[1])), (gather(proj[0]), gather(proj[1]))
+        (batch(momentum_z[0]), batch(momentum_z[1])), (batch(proj[0]), batch(proj[1]))
     )
     return all4one_loss(neighbour, centroid, feature, sigma, kappa, eta)

@@ -19,6 +19,9 @@ Extra config (``method_kwargs``):
         published layout) or "tokens" (see ``modules/centroid_transformer.py``).
     sigma, kappa, eta (float): weights of the neighbour, centroid and feature terms; 0.5, 0.5, 5.
     transformer_lr (float): the transformer's learning rate (not batch-scaled). Default 0.1.
+    feature_gather (bool): the feature term on the batch gathered over all processes; by
+        default on each process's own batch, as the published code computes it (the same on
+        one GPU). Default False.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ import torch
 import torch.nn.functional as F
 from omegaconf import DictConfig
 
-from solo_ext.config import ConfigError, check_choice, check_range
+from solo_ext.config import ConfigError, check_bool, check_choice, check_range
 from solo_ext.host import gather
 from solo_ext.losses.all4one import All4OneTerms, all4one_objective
 from solo_ext.methods.base import MomentumQueueMethod
@@ -58,6 +61,7 @@ class All4OneCT(MomentumQueueMethod):
         "kappa": 0.5,
         "eta": 5.0,
         "transformer_lr": 0.1,
+        "feature_gather": False,
     }
 
     def __init__(self, cfg: DictConfig):
@@ -108,6 +112,7 @@ class All4OneCT(MomentumQueueMethod):
         for key in ("sigma", "kappa", "eta"):
             check_range(f"method_kwargs.{key}", kw[key], 0)
         check_range("method_kwargs.transformer_lr", kw.transformer_lr, 0, low_open=True)
+        check_bool("method_kwargs.feature_gather", kw.feature_gather)
         if kw.proj_output_dim % kw.num_heads:
             raise ConfigError(
                 f"method_kwargs.num_heads={kw.num_heads}: must divide "
@@ -157,6 +162,7 @@ class All4OneCT(MomentumQueueMethod):
             kw.eta,
             gather=gather,
             offset=self.global_rank * out["p"][0].size(0),
+            gather_feature=bool(kw.feature_gather),
         )
 
     def training_step(self, batch: Sequence[Any], batch_idx: int) -> torch.Tensor:

@@ -171,10 +171,14 @@ class MomentumQueueMethod(BaseMomentumMethod):
                 max_steps=self.trainer.estimated_stepping_batches,
             )
 
-    def on_train_batch_end(self, outputs, batch, batch_idx: int) -> None:
+    def write_queues(self) -> None:
+        """Writes what the step asked to enqueue (after its backward pass)."""
         for queue, tensors in self._pending:
             queue.enqueue(*tensors)
         self._pending.clear()
+
+    def on_train_batch_end(self, outputs, batch, batch_idx: int) -> None:
+        self.write_queues()
         super().on_train_batch_end(outputs, batch, batch_idx)
 
     def record_train_features(self, out: dict[str, Any], batch: Sequence[Any]) -> None:

@@ -2,15 +2,21 @@
 
 The projector is DenseCL's global branch (avg-pool -> MLP); the dense branch is the same MLP
 applied at every location of the backbone's last map (1x1 conv - ReLU - 1x1 conv), optionally
-pooled to a ``grid_size`` x ``grid_size`` grid. Each large crop is the query once (symmetric).
+pooled to a ``grid_size`` x ``grid_size`` grid. One direction per step, as the published code
+trains: the first large crop's queries against the second crop's keys, whose B global keys and
+B averaged dense keys are enqueued.
 
 Extra config (``method_kwargs``):
     proj_hidden_dim, proj_output_dim, queue_size: as ``scl`` (2048, 128, 65536); the dense
         queue has the same size.
     temperature (float): 0.2 (MoCo v2 / DenseCL).
-    lambda (float): weight of the dense term in [0, 1]. Default 0.5.
-    warmup_steps (int): optimiser steps with lambda = 0 first. Default 1000.
+    lambda (float): weight of the dense term in [0, 1]. Default 0.5, from the first step, as in
+        the published configs.
+    warmup_steps (int): optimiser steps with lambda = 0 first (the published code's warm-up
+        hook, which its configs leave off). Default 0.
     grid_size (int | None): pool the map to this grid (None keeps the backbone's).
+    symmetric (bool): both directions per step, with a global and a dense queue per view (as
+        solo-learn's MoCo v2+). Default False.
 With ``lambda: 0`` this is the MoCo v2 baseline of the paper, at MoCo v2's cost: the dense
 branch is then not computed at all.
 """
@@ -24,7 +30,7 @@ import torch
 import torch.nn.functional as F
 from omegaconf import DictConfig
 
-from solo_ext.config import check_range
+from solo_ext.config import check_bool, check_range
 from solo_ext.host import gather, initialize_momentum_params
 from solo_ext.losses.densecl import dense_correspondence, densecl_loss, infonce
 from solo_ext.methods.base import MomentumQueueMethod, require_spatial_map
@@ -37,8 +43,9 @@ class DenseCL(MomentumQueueMethod):
         **MomentumQueueMethod.METHOD_KWARGS,
         "temperature": 0.2,
         "lambda": 0.5,
-        "warmup_steps": 1000,
+        "warmup_steps": 0,
         "grid_size": None,
+        "symmetric": False,
     }
 
     def __init__(self, cfg: DictConfig):
@@ -49,7 +56,12 @@ class DenseCL(MomentumQueueMethod):
             self.build_projector(kw) for _ in range(2)
         )
         initialize_momentum_params(self.dense_projector, self.momentum_dense_projector)
+        # the second view's keys; with symmetric, also queues of the first view's
         self.dense_queue = LabeledQueue(kw.queue_size, kw.proj_output_dim)
+        self.queue_view1 = self.dense_queue_view1 = None
+        if kw.symmetric:
+            self.queue_view1 = self.build_queue(kw)
+            self.dense_queue_view1 = LabeledQueue(kw.queue_size, kw.proj_output_dim)
 
     @classmethod
     def check_method_kwargs(cls, cfg: DictConfig) -> None:
@@ -58,6 +70,7 @@ class DenseCL(MomentumQueueMethod):
         kw = cfg.method_kwargs
         check_range("method_kwargs.lambda", kw["lambda"], 0, 1)
         check_range("method_kwargs.warmup_steps", kw.warmup_steps, 0)
+        check_bool("method_kwargs.symmetric", kw.symmetric)
         if kw.grid_size is not None:
             check_range("method_kwargs.grid_size", kw.grid_size, 1)
 
@@ -112,51 +125,61 @@ class DenseCL(MomentumQueueMethod):
         kw = self.cfg.method_kwargs
         return 0.0 if self.trainer.global_step < kw.warmup_steps else float(kw["lambda"])
 
+    def directions(self) -> list[tuple[int, int, LabeledQueue, LabeledQueue | None]]:
+        """(query crop, key crop, global queue, dense queue) of every direction of a step."""
+        first = [(0, 1, self.queue, self.dense_queue)]
+        if not self.cfg.method_kwargs.symmetric:
+            return first
+        return first + [(1, 0, self.queue_view1, self.dense_queue_view1)]
+
     def training_step(self, batch: Sequence[Any], batch_idx: int) -> torch.Tensor:
         out = super().training_step(batch, batch_idx)
         self.record_train_features(out, batch)
         lam = self.current_lambda()
+        directions = self.directions()
         if not self.dense_enabled:  # MoCo v2
-            queue, valid, t = self.queue.keys, self.queue.valid, self.temperature
-            q, k = out["z"], out["momentum_z"]
-            loss = (infonce(q[0], k[1], queue, valid, t) + infonce(q[1], k[0], queue, valid, t)) / 2
+            q, k, t = out["z"], out["momentum_z"], self.temperature
+            loss = sum(
+                infonce(q[qi], k[ki], queue.keys, queue.valid, t) for qi, ki, queue, _ in directions
+            ) / len(directions)
             self.check_finite({"train_global_loss": loss})
             self.log_dict(
                 {"train_densecl_loss": loss, "train_global_loss": loss, "densecl_lambda": 0.0},
                 on_epoch=True,
                 sync_dist=True,
             )
-            self.enqueue_after_step(self.queue, torch.cat([gather(key) for key in k[:2]]))
+            for _, ki, queue, _ in directions:
+                self.enqueue_after_step(queue, gather(k[ki]))
             return loss + out["loss"]
         totals, global_terms, dense_terms = [], [], []
-        for qi, ki in ((0, 1), (1, 0)):
+        for qi, ki, queue, dense_queue in directions:
             match = dense_correspondence(out["fmap"][qi], out["momentum_fmap"][ki])
             total, global_term, dense_term = densecl_loss(
                 out["z"][qi],
                 out["momentum_z"][ki],
-                self.queue.keys,
+                queue.keys,
                 out["dense"][qi],
                 out["momentum_dense"][ki],
-                self.dense_queue.keys,
+                dense_queue.keys,
                 match,
                 lam,
                 self.temperature,
-                self.queue.valid,
-                self.dense_queue.valid,
+                queue.valid,
+                dense_queue.valid,
             )
             totals.append(total)
             global_terms.append(global_term)
             dense_terms.append(dense_term)
-        loss = sum(totals) / 2
+        n = len(directions)
+        loss = sum(totals) / n
         terms = {
             "train_densecl_loss": loss,
-            "train_global_loss": sum(global_terms) / 2,
-            "train_dense_loss": sum(dense_terms) / 2,
+            "train_global_loss": sum(global_terms) / n,
+            "train_dense_loss": sum(dense_terms) / n,
         }
         self.check_finite(terms)
         self.log_dict({**terms, "densecl_lambda": lam}, on_epoch=True, sync_dist=True)
-        keys = torch.cat([gather(k) for k in out["momentum_z"][:2]])
-        dense_keys = torch.cat([gather(k) for k in out["momentum_dense_key"][:2]])
-        self.enqueue_after_step(self.queue, keys)
-        self.enqueue_after_step(self.dense_queue, dense_keys)
+        for _, ki, queue, dense_queue in directions:
+            self.enqueue_after_step(queue, gather(out["momentum_z"][ki]))
+            self.enqueue_after_step(dense_queue, gather(out["momentum_dense_key"][ki]))
         return loss + out["loss"]

@@ -11,7 +11,6 @@ Extra config (``method_kwargs``, besides those of ``scl``):
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -20,6 +19,7 @@ from omegaconf import DictConfig
 from solo_ext.config import ConfigError
 from solo_ext.losses.dscl import dscl_loss, resolve_alpha
 from solo_ext.methods.scl import SCL
+from solo_ext.modules import LabeledQueue
 
 OFFICIAL_BETA = 8.0
 
@@ -40,15 +40,15 @@ class DSCL(SCL):
             raise ConfigError(f"method_kwargs.{err}") from None
 
     def contrastive_loss(
-        self, q: torch.Tensor, k: torch.Tensor, labels: torch.Tensor, batch: Sequence[Any]
+        self, q: torch.Tensor, k: torch.Tensor, labels: torch.Tensor, queue: LabeledQueue
     ) -> torch.Tensor:
         kw = self.cfg.method_kwargs
         return dscl_loss(
             q,
             k,
-            self.queue.keys,
+            queue.keys,
             labels,
-            self.queue.labels,
+            queue.labels,
             alpha=kw.alpha,
             beta=kw.beta,
             temperature=self.temperature,

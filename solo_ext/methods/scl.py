@@ -2,11 +2,18 @@
 
 The SCL baseline of the DSCL paper (Xuan & Zhang, AAAI 2024, eq. 1-2), MoCo-style.
 
+One direction per step, as the published DSCL code trains: the anchors are the queries of the
+first large crop, their keys come from the second one (momentum encoder), and those B keys (of
+the gathered batch) are enqueued after the step.
+
 Extra config (``method_kwargs``):
     proj_hidden_dim (int): projector hidden width. Default 2048.
     proj_output_dim (int): embedding dimension. Default 128.
     temperature (float): softmax temperature, > 0. Default 0.07.
     queue_size (int): number of queued keys (with their labels). Default 65536.
+    symmetric (bool): both directions per step, as solo-learn's MoCo v2+ runs them: each view's
+        queries against the other view's keys and a queue of the other view's keys (one queue
+        per view, so no image is twice in a queue). Default False.
 """
 
 from __future__ import annotations
@@ -15,40 +22,53 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
+from omegaconf import DictConfig
 
+from solo_ext.config import check_bool
 from solo_ext.host import gather
 from solo_ext.losses.scl import scl_loss
 from solo_ext.methods.base import MomentumQueueMethod
+from solo_ext.modules import LabeledQueue
 
 
 class SCL(MomentumQueueMethod):
     LOSS_NAME = "scl"  # logged as train_<LOSS_NAME>_loss
+    METHOD_KWARGS: dict[str, Any] = {**MomentumQueueMethod.METHOD_KWARGS, "symmetric": False}
+
+    def __init__(self, cfg: DictConfig):
+        super().__init__(cfg)
+        # self.queue holds the second view's keys; with symmetric, a queue of the first view's
+        self.queue_view1 = self.build_queue(cfg.method_kwargs) if self.symmetric else None
+
+    @classmethod
+    def check_method_kwargs(cls, cfg: DictConfig) -> None:
+        super().check_method_kwargs(cfg)
+        check_bool("method_kwargs.symmetric", cfg.method_kwargs.symmetric)
+
+    @property
+    def symmetric(self) -> bool:
+        return bool(self.cfg.method_kwargs.symmetric)
 
     def contrastive_loss(
-        self, q: torch.Tensor, k: torch.Tensor, labels: torch.Tensor, batch: Sequence[Any]
+        self, q: torch.Tensor, k: torch.Tensor, labels: torch.Tensor, queue: LabeledQueue
     ) -> torch.Tensor:
-        """The method's loss for one (query view, key view) direction on the gathered batch."""
+        """The method's loss for one (query view, key view) direction on the gathered batch,
+        against the queue of the key view's earlier keys."""
         return scl_loss(
-            q,
-            k,
-            self.queue.keys,
-            labels,
-            self.queue.labels,
-            self.temperature,
-            num_classes=self.num_classes,
+            q, k, queue.keys, labels, queue.labels, self.temperature, num_classes=self.num_classes
         )
 
     def training_step(self, batch: Sequence[Any], batch_idx: int) -> torch.Tensor:
-        """Symmetric loss (each large crop is the query once), then both views' keys enqueued."""
+        """The first crop's queries against the second crop's keys (both directions with
+        ``symmetric``), then the keys enqueued."""
         out = super().training_step(batch, batch_idx)
         self.record_train_features(out, batch)
         targets = gather(batch[2])
-        q1, q2 = (gather(z) for z in out["z"][:2])
-        k1, k2 = (gather(z) for z in out["momentum_z"][:2])
-        loss = (
-            self.contrastive_loss(q1, k2, targets, batch)
-            + self.contrastive_loss(q2, k1, targets, batch)
-        ) / 2
+        q1, k2 = gather(out["z"][0]), gather(out["momentum_z"][1])
+        loss = self.contrastive_loss(q1, k2, targets, self.queue)
+        if self.symmetric:
+            q2, k1 = gather(out["z"][1]), gather(out["momentum_z"][0])
+            loss = (loss + self.contrastive_loss(q2, k1, targets, self.queue_view1)) / 2
         self.log(f"train_{self.LOSS_NAME}_loss", loss, on_epoch=True, sync_dist=True)
         terms = {f"train_{self.LOSS_NAME}_loss": loss}
         extra = self.auxiliary_loss(out, batch)
@@ -56,7 +76,9 @@ class SCL(MomentumQueueMethod):
             terms["train_auxiliary_loss"] = extra
             loss = loss + extra
         self.check_finite(terms)
-        self.enqueue_after_step(self.queue, torch.cat([k1, k2]), torch.cat([targets, targets]))
+        self.enqueue_after_step(self.queue, k2, targets)
+        if self.symmetric:
+            self.enqueue_after_step(self.queue_view1, k1, targets)
         return loss + out["loss"]
 
     def auxiliary_loss(self, out: dict[str, Any], batch: Sequence[Any]) -> torch.Tensor | None:
