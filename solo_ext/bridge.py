@@ -43,6 +43,7 @@ class Run:
 
     data: Any  # the checked ``data`` section (DictConfig)
     sampler: dict[str, Any] | None  # build_sampler arguments, None: solo-learn's shuffle
+    cfg: Any = None  # the whole config (main_pretrain.py's; the method fills its keys in)
 
 
 RUN: Run | None = None
@@ -121,6 +122,14 @@ def _check_solo_ext_keys(cfg: Any, module: ModuleType) -> dict[str, Any] | None:
         if data_format == "dali":  # 'instance': the law of DALI's own uniform shuffle
             _announce("data.format=dali: DALI's reader draws the order (uniform, as 'instance')")
             sampler = None
+    if data_format == "dali" and OmegaConf.select(cfg, "method") == "pbsd":
+        source = OmegaConf.select(cfg, "method_kwargs.patch_source", default="loader")
+        if source == "loader":
+            _announce(
+                "pbsd with data.format=dali: DALI's reader cannot make the published patches; "
+                "they are cut and augmented on the device (method_kwargs.patch_source=device)"
+            )
+            OmegaConf.update(cfg, "method_kwargs.patch_source", "device", force_add=True)
     if data_format == "dali" and dataset in SOLO_EXT_ONLY:
         raise ConfigError(
             f"data.dataset={dataset!r} with data.format='dali': DALI's file reader reads image "
@@ -153,7 +162,7 @@ def _wrap_parse_cfg(module: ModuleType) -> None:
             counts = long_tail_counts(cfg.data)
             if counts is not None:
                 cfg.data.train_class_counts = counts
-        RUN = Run(cfg.data, sampler)
+        RUN = Run(cfg.data, sampler, cfg)
         if sampler is not None:
             _announce(f"training batches are drawn by the {sampler['name']!r} sampler")
         return cfg
@@ -254,6 +263,21 @@ def _train_loader(dataset: Any, batch_size: int, num_workers: int) -> Any:
     )
 
 
+def _method_transform() -> Any:
+    """The loader transform the run's method asks for (PBSD's views of the published
+    pipeline), built from the config its class has filled in; None for solo-learn's crops."""
+    if RUN is None or RUN.cfg is None:
+        return None
+    from solo_ext.host import METHODS
+
+    method = RUN.cfg.get("method")
+    hook = getattr(METHODS.get(method), "pretrain_transform", None)
+    transform = hook(RUN.cfg) if hook is not None else None
+    if transform is not None:
+        _announce(f"{method}: the loader makes its views: {transform!r}")
+    return transform
+
+
 def _patch_pretrain_loader(module: ModuleType) -> None:
     build_transform, prepare_datasets = module.build_transform_pipeline, module.prepare_datasets
     prepare_dataloader = module.prepare_dataloader
@@ -272,6 +296,7 @@ def _patch_pretrain_loader(module: ModuleType) -> None:
 
     @functools.wraps(prepare_datasets)
     def prepare_datasets_(dataset, transform, *args, **kwargs):
+        transform = _method_transform() or transform
         if dataset not in SOLO_EXT_ONLY:
             return prepare_datasets(dataset, transform, *args, **kwargs)
         from solo_ext.data.datasets import IndexedNCrop, build_dataset

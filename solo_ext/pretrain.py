@@ -149,9 +149,15 @@ def parse_cfg(cfg: DictConfig) -> DictConfig:
     return cfg
 
 
+def method_transform(cfg: DictConfig) -> Any:
+    """The loader transform a method asks for (PBSD's views), None for the usual crops."""
+    hook = getattr(METHODS[cfg.method], "pretrain_transform", None)
+    return hook(cfg) if hook is not None else None
+
+
 def build_loaders(cfg: DictConfig) -> tuple[DataLoader, DataLoader | None]:
     data = cfg.data
-    transform = build_pretrain_transform(data.dataset, cfg.augmentations)
+    transform = method_transform(cfg) or build_pretrain_transform(data.dataset, cfg.augmentations)
     if cfg.debug_augmentations:
         print("Transforms:\n", transform)
     train_set = build_dataset(data, "train", transform)

@@ -122,3 +122,13 @@ def test_two_after_import_hooks_on_one_module_both_run_once(tmp_path, monkeypatc
     import after_import_probe  # noqa: F401
 
     assert sorted(calls) == [(0, 1), (1, 1)]
+
+
+def test_pbsd_with_dali_cuts_its_patches_on_the_device_and_says_so(capsys):
+    module = stand_in_args()
+    cfg = synthetic_cfg()
+    cfg.data.dataset, cfg.data.format, cfg.method = "custom", "dali", "pbsd"
+    module._SUPPORTED_DATASETS.append("custom")
+    module.parse_cfg(cfg)
+    assert cfg.method_kwargs.patch_source == "device"
+    assert "DALI's reader cannot make the published patches" in capsys.readouterr().out

@@ -7,12 +7,13 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from torchvision.ops import roi_align
 
 from solo_ext.host.standalone.backbones import build_backbone
 from solo_ext.losses.pbsd import pbsd_loss
 from solo_ext.modules.feature_maps import feature_map
 from solo_ext.modules.patches import crop_boxes, roi_pool, sample_boxes
-from solo_ext.pretrain import run
+from solo_ext.pretrain import parse_cfg, run
 
 
 def pbsd_reference(student, teacher, keys, queue, queue_labels, t):
@@ -82,14 +83,18 @@ def test_loss_is_minimal_when_student_equals_teacher():
         assert pbsd_loss(other, teacher, keys, queue, labels, 0.2) > at_teacher
 
 
-def test_roi_pool_is_the_mean_of_the_box_cells():
-    fmap = torch.randn(2, 3, 8, 8)  # a 32 px image seen at stride 4
-    boxes = torch.tensor([[[8.0, 8.0, 24.0, 24.0]], [[0.0, 16.0, 16.0, 32.0]]])
-    pooled = roi_pool(fmap, boxes, image_size=32)
-    # box / 4 in map cells: [2, 6) x [2, 6) and x [0, 4), y [4, 8); each 2x2 bin is sampled
-    # twice per axis, one cell apart, exactly at the cell centres
-    torch.testing.assert_close(pooled[0], fmap[0, :, 2:6, 2:6].mean(dim=(1, 2)))
-    torch.testing.assert_close(pooled[1], fmap[1, :, 4:8, 0:4].mean(dim=(1, 2)))
+def test_teacher_pooling_is_the_published_roi_align():
+    """ResNet-50's 7x7 map of a 224 px crop: roi_align(map, boxes, (2, 2), 1/32) with
+    torchvision's defaults, then the mean of the 2x2 bins (as the published code calls it)."""
+    gen = torch.Generator().manual_seed(0)
+    fmap = torch.randn(2, 16, 7, 7, generator=gen)
+    boxes = sample_boxes(2, 5, 224, 224, generator=gen).round()  # integer boxes, as published
+    rois = [boxes[i] for i in range(2)]  # roi_align's list form: one [L, 4] per image
+    want = roi_align(fmap, rois, (2, 2), 1 / 32).mean(dim=(2, 3))
+    torch.testing.assert_close(roi_pool(fmap, boxes, image_size=224), want)
+    # and not the pixel-aligned variant solo-ext used before
+    shifted = roi_align(fmap, rois, (2, 2), 1 / 32, sampling_ratio=2, aligned=True)
+    assert not torch.allclose(roi_pool(fmap, boxes, 224), shifted.mean(dim=(2, 3)))
 
 
 def test_boxes_inside_the_crop_with_the_asked_area_and_ratio():
@@ -143,6 +148,59 @@ def test_pbsd_weight_zero_trains_like_dscl(make_cfg):
         "backbone": {"name": "resnet32"},  # the same backbone for both
     }
     dscl = run(make_cfg("dscl", **common))["metrics"]
-    pbsd = run(make_cfg("pbsd", **common, **{"method_kwargs.pbsd_weight": 0.0}))["metrics"]
+    # patches cut on the device: the loader gives both runs the same crops (PBSD's own views
+    # draw their random numbers in another order)
+    kwargs = {"method_kwargs.pbsd_weight": 0.0, "method_kwargs.patch_source": "device"}
+    pbsd = run(make_cfg("pbsd", **common, **kwargs))["metrics"]
     assert pbsd["train_dscl_loss"] == pytest.approx(dscl["train_dscl_loss"], rel=1e-5)
     assert pbsd["train_pbsd_loss"] > 0  # computed (and logged) even at weight 0
+
+
+def test_loader_without_patches_falls_back_to_the_device_once(make_cfg, caplog):
+    """A loader that cannot make PBSD's views (solo-learn's DALI) gives two crops: the patches
+    are then cut and augmented on the device, and the run says so once."""
+    from solo_ext.host import METHODS
+
+    cfg = parse_cfg(make_cfg("pbsd"))
+    assert cfg.method_kwargs.patch_source == "loader"
+    model = METHODS["pbsd"](cfg)
+    gen = torch.Generator().manual_seed(0)
+    batch = [
+        torch.arange(8),
+        [torch.randn(8, 3, 32, 32, generator=gen) for _ in range(2)],
+        torch.randint(0, 4, (8,), generator=gen),
+    ]
+    with caplog.at_level("INFO"):
+        for _ in range(2):
+            loss = model.training_step(batch, 0)
+            model.write_queues()
+    assert torch.isfinite(loss)
+    said = [r for r in caplog.records if "pbsd: the loader gave no patches" in r.getMessage()]
+    assert len(said) == 1
+
+
+def test_loader_views_reach_the_student_and_the_teacher(make_cfg, monkeypatch):
+    """Patches and boxes from the loader are taken aside before the crop count is checked; the
+    teacher pools at the loader's boxes, and the student sees the patches as one batch of B per
+    patch index (BatchNorm per index, as published)."""
+    import solo_ext.methods.pbsd as pbsd_module
+    from solo_ext.host import METHODS
+
+    model = METHODS["pbsd"](parse_cfg(make_cfg("pbsd")))
+    gen = torch.Generator().manual_seed(0)
+    crops = [torch.randn(8, 3, 32, 32, generator=gen) for _ in range(2)]
+    patches = torch.randn(8, 5, 3, 9, 9, generator=gen)
+    boxes = torch.tensor([[0.0, 0.0, 16.0, 16.0]]).repeat(8, 5, 1)
+    pooled_at, student_batches = [], []
+
+    def pool(fmap, at, size):
+        pooled_at.append(at)
+        return roi_pool(fmap, at, size)
+
+    monkeypatch.setattr(pbsd_module, "roi_pool", pool)
+    model.backbone.register_forward_pre_hook(lambda m, args: student_batches.append(args[0]))
+    labels = torch.randint(0, 4, (8,), generator=gen)
+    model.training_step([torch.arange(8), [*crops, patches, boxes], labels], 0)
+    assert len(pooled_at) == 1 and torch.equal(pooled_at[0], boxes)
+    small = [x for x in student_batches if x.shape[-1] == 9]
+    assert len(small) == 5 and all(torch.equal(x, patches[:, i]) for i, x in enumerate(small))

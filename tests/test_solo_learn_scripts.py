@@ -278,9 +278,11 @@ def test_used_by_command_finds_solo_exts_configs(tmp_path):
 def test_synthetic_lt_configs_run_as_shipped(method, tmp_path):
     """The CPU configs, with only their epochs and data shortened."""
     args = ["--config-name", f"synthetic-lt/{method}", *CPU, *SMALL]
-    ok(solo("main_pretrain.py", args, tmp_path))
+    proc = ok(solo("main_pretrain.py", args, tmp_path))
     (run_dir,) = (tmp_path / "trained_models" / method).iterdir()
     assert (run_dir / "args.json").is_file() and list(run_dir.glob("*.ckpt"))
+    # pbsd's published patches come from solo-learn's own loader too
+    assert ("pbsd: the loader makes its views: PBSDViews" in proc.stdout) == (method == "pbsd")
 
 
 # --- every shipped config through solo-learn's own parse_cfg ------------------------------

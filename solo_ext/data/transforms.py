@@ -23,18 +23,11 @@ def normalize(dataset: str, aug: DictConfig | None = None) -> T.Normalize:
     return T.Normalize(mean, std)
 
 
-def build_augmentation(dataset: str, aug: DictConfig) -> Callable:
-    """One view's augmentation from one entry of solo-learn's ``augmentations`` list."""
+def photometric_ops(aug: DictConfig, size: int) -> list[Any]:
+    """The colour part of one ``augmentations`` entry (jitter, grayscale, blur, solarization,
+    equalization), for images ``size`` px wide (the blur kernel follows the size)."""
     sel = lambda key, default: omegaconf_select(aug, key, default)  # noqa: E731
-    size = aug.crop_size
     ops: list[Any] = []
-    if sel("rrc.enabled", True):
-        scale = (sel("rrc.crop_min_scale", 0.08), sel("rrc.crop_max_scale", 1.0))
-        ops.append(
-            T.RandomResizedCrop(size, scale=scale, interpolation=T.InterpolationMode.BICUBIC)
-        )
-    else:
-        ops.append(T.Resize((size, size), interpolation=T.InterpolationMode.BICUBIC))
     if sel("color_jitter.prob", 0.0) > 0:
         jitter = T.ColorJitter(
             sel("color_jitter.brightness", 0.4),
@@ -52,9 +45,36 @@ def build_augmentation(dataset: str, aug: DictConfig) -> Callable:
         ops.append(T.RandomSolarize(128, p=sel("solarization.prob", 0.0)))
     if sel("equalization.prob", 0.0) > 0:
         ops.append(T.RandomEqualize(p=sel("equalization.prob", 0.0)))
-    ops.append(T.RandomHorizontalFlip(p=sel("horizontal_flip.prob", 0.5)))
-    ops += [T.ToTensor(), normalize(dataset, aug)]
-    return T.Compose(ops)
+    return ops
+
+
+def crop_scale(aug: DictConfig) -> tuple[float, float]:
+    return (
+        omegaconf_select(aug, "rrc.crop_min_scale", 0.08),
+        omegaconf_select(aug, "rrc.crop_max_scale", 1.0),
+    )
+
+
+def flip_prob(aug: DictConfig) -> float:
+    return omegaconf_select(aug, "horizontal_flip.prob", 0.5)
+
+
+def build_augmentation(dataset: str, aug: DictConfig) -> Callable:
+    """One view's augmentation from one entry of solo-learn's ``augmentations`` list."""
+    size = aug.crop_size
+    if omegaconf_select(aug, "rrc.enabled", True):
+        crop: Any = T.RandomResizedCrop(
+            size, scale=crop_scale(aug), interpolation=T.InterpolationMode.BICUBIC
+        )
+    else:
+        crop = T.Resize((size, size), interpolation=T.InterpolationMode.BICUBIC)
+    ops = [crop, *photometric_ops(aug, size), T.RandomHorizontalFlip(p=flip_prob(aug))]
+    return T.Compose([*ops, T.ToTensor(), normalize(dataset, aug)])
+
+
+def crops_of(augmentations: Sequence[DictConfig]) -> list[DictConfig]:
+    """The ``augmentations`` entry of every crop, in order (large crops first)."""
+    return [a for a in augmentations for _ in range(a.num_crops)]
 
 
 class NCropTransform:

@@ -1,10 +1,22 @@
 """``pbsd``: DSCL + patch-based self-distillation, the full method of Xuan & Zhang (AAAI 2024).
 
-On top of ``dscl``: L random boxes in each image's first large crop; the teacher is the query
-encoder's last feature map ROI-pooled at each box (2x2 ROI-align, then the mean) through the
-projector; the student is the box cut from the crop and resized, through the query encoder and
-projector; ``pbsd_loss`` compares them over [k_i, queue]. Boxes, cuts and the student forward are
-batched on the device, so any loader works (solo-learn's DALI loaders included).
+On top of ``dscl``: L boxes in each image's first large crop (the query). The teacher is the
+query encoder's last feature map ROI-aligned at each box (2x2, torchvision's defaults, then the
+mean) through the projector, without gradient; the student is the patch, through the query
+encoder (one batch of B per patch index, so BatchNorm sees each index apart, as published) and
+the projector; ``pbsd_loss`` compares them over [k_i, queue].
+
+Where the patches come from (``patch_source``):
+
+- ``loader`` (default, the published pipeline): ``PBSDViews`` draws the boxes in the query crop
+  after its geometry (crop, flip) and before its colour augmentation, cuts and resizes each to
+  ``box_crop_size`` and gives it its own augmentation (flip and the query's colour
+  augmentation). It works with every torchvision loader, on both hosts and in solo-learn's
+  ``main_pretrain.py``.
+- ``device``: the boxes are drawn on the device and cut from the already colour-augmented query
+  crop, then augmented per patch on the device (kornia: flip and the query's colour settings).
+  An approximation of the published patches (their colour is augmented twice); it is what a
+  loader that cannot make them (solo-learn's DALI loader) gets, and the run says so once.
 
 Extra config (``method_kwargs``, besides those of ``dscl``):
     pbsd_weight (float): weight of the PBSD loss. Default 1.5 (official).
@@ -12,25 +24,50 @@ Extra config (``method_kwargs``, besides those of ``dscl``):
     box_scale (list[float]): area range of a box, as a fraction of the crop, in (0, 1].
         Default [0.05, 0.6].
     box_ratio (list[float]): aspect-ratio range. Default [0.75, 1.3333].
-    box_crop_size (int | None): side of the student crops; default 64 px per 224 px of crop.
-ViT backbones need ``backbone.kwargs.dynamic_img_size: true`` (the student crops are smaller).
+    box_crop_size (int | None): side of the patches; default 64 px per 224 px of crop.
+    patch_source (str): "loader" or "device", see above. Default "loader".
+ViT backbones need ``backbone.kwargs.dynamic_img_size: true`` (the patches are smaller).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 import torch.nn.functional as F
+from lightning.pytorch.utilities import rank_zero_info
 from omegaconf import DictConfig
 
-from solo_ext.config import ConfigError, check_range
+from solo_ext.config import ConfigError, check_choice, check_range
+from solo_ext.data.pbsd_views import PBSDViews
+from solo_ext.data.transforms import crops_of, flip_prob, normalize
+from solo_ext.host import omegaconf_select
 from solo_ext.losses.pbsd import pbsd_loss
 from solo_ext.methods.base import require_spatial_map
 from solo_ext.methods.dscl import DSCL
 from solo_ext.modules.feature_maps import feature_map
-from solo_ext.modules.patches import crop_boxes, roi_pool, sample_boxes
+from solo_ext.modules.patches import DevicePatchAugment, crop_boxes, roi_pool, sample_boxes
+
+
+def device_patch_augment(dataset: str, query: DictConfig) -> DevicePatchAugment:
+    """The device-side patch augmentation from the query crop's ``augmentations`` entry."""
+    sel = lambda key, default: omegaconf_select(query, key, default)  # noqa: E731
+    norm = normalize(dataset, query)
+    jitter_prob = sel("color_jitter.prob", 0.0)
+    jitter = tuple(
+        sel(f"color_jitter.{k}", d)
+        for k, d in (("brightness", 0.4), ("contrast", 0.4), ("saturation", 0.2), ("hue", 0.1))
+    )
+    return DevicePatchAugment(
+        tuple(norm.mean),
+        tuple(norm.std),
+        flip=flip_prob(query),
+        jitter=jitter,
+        jitter_prob=jitter_prob,
+        grayscale=sel("grayscale.prob", 0.0),
+        blur=sel("gaussian_blur.prob", 0.0),
+    )
 
 
 class PBSD(DSCL):
@@ -41,7 +78,9 @@ class PBSD(DSCL):
         "box_scale": [0.05, 0.6],
         "box_ratio": [0.75, 4 / 3],
         "box_crop_size": None,
+        "patch_source": "loader",
     }
+    PATCH_SOURCES = ("loader", "device")
 
     @classmethod
     def check_method_kwargs(cls, cfg: DictConfig) -> None:
@@ -64,9 +103,47 @@ class PBSD(DSCL):
                 ": pbsd feeds smaller crops to the ViT; set it to true"
             )
         require_spatial_map(cfg)
+        check_choice("method_kwargs.patch_source", kw.patch_source, cls.PATCH_SOURCES)
+        crops = crops_of(cfg.augmentations)
+        if kw.patch_source == "loader" and len(crops) != 2:
+            raise ConfigError(
+                f"method_kwargs.patch_source='loader' with {len(crops)} crops in augmentations: "
+                "the loader's PBSD views are a query and a key crop (2 crops)"
+            )
+
+    @classmethod
+    def patch_size(cls, cfg: DictConfig) -> int:
+        """``box_crop_size``, else 64 px per 224 px of crop; a multiple of a ViT's patch."""
+        size = cfg.method_kwargs.box_crop_size
+        crop = cfg.augmentations[0].crop_size
+        size = size if size is not None else max(8, round(64 * crop / 224))
+        if str(cfg.backbone.name).startswith("vit"):
+            patch = (cfg.backbone.get("kwargs") or {}).get("patch_size", 16)
+            size = max(patch, round(size / patch) * patch)
+        return size
+
+    @classmethod
+    def pretrain_transform(cls, cfg: DictConfig) -> Callable | None:
+        """The loader's transform of a run: the published PBSD views (None: the usual crops)."""
+        kw = cfg.method_kwargs
+        if kw.patch_source != "loader":
+            return None
+        query, key = crops_of(cfg.augmentations)
+        return PBSDViews(
+            cfg.data.dataset,
+            query,
+            key,
+            kw.num_boxes,
+            tuple(kw.box_scale),
+            tuple(kw.box_ratio),
+            cls.patch_size(cfg),
+        )
 
     def __init__(self, cfg: DictConfig):
         super().__init__(cfg)
+        self._loader_patches: tuple[torch.Tensor, torch.Tensor] | None = None
+        self._said_device = False
+        self.patch_augment = device_patch_augment(cfg.data.dataset, crops_of(cfg.augmentations)[0])
         # its own stream, so that boxes never shift the data augmentation's random numbers
         self.box_generator = torch.Generator().manual_seed(int(cfg.get("seed") or 0))
 
@@ -94,19 +171,26 @@ class PBSD(DSCL):
             "z": F.normalize(self.projector(feats), dim=-1),
         }
 
-    def crop_size(self, image_size: int) -> int:
-        """``box_crop_size``, else 64 px per 224 px of crop; a multiple of a ViT's patch."""
-        size = self.cfg.method_kwargs.box_crop_size
-        size = size if size is not None else max(8, round(64 * image_size / 224))
-        patch_embed = getattr(self.backbone, "patch_embed", None)
-        if patch_embed is not None:
-            patch = patch_embed.patch_size[0]
-            size = max(patch, round(size / patch) * patch)
-        return size
+    def training_step(self, batch: Sequence[Any], batch_idx: int) -> torch.Tensor:
+        """Takes the loader's patches and boxes (the last two items of the crops) aside."""
+        indexes, crops, targets = batch
+        self._loader_patches = None
+        if len(crops) == self.num_crops + 2:
+            *crops, patches, boxes = crops
+            self._loader_patches = (patches, boxes)
+            batch = [indexes, crops, targets]
+        elif self.cfg.method_kwargs.patch_source == "loader" and not self._said_device:
+            self._said_device = True
+            rank_zero_info(
+                "pbsd: the loader gave no patches (a DALI loader); they are cut and augmented "
+                "on the device (method_kwargs.patch_source=device)"
+            )
+        return super().training_step(batch, batch_idx)
 
-    def auxiliary_loss(self, out: dict[str, Any], batch: Sequence[Any]) -> torch.Tensor:
+    def device_patches(self, images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Boxes [B, L, 4] drawn on the device and the patches [B, L, 3, s, s] cut from the
+        (colour-augmented) crops, then augmented per patch."""
         kw = self.cfg.method_kwargs
-        images = batch[1][0]  # the first large crop
         b, _, height, width = images.shape
         boxes = sample_boxes(
             b,
@@ -117,12 +201,34 @@ class PBSD(DSCL):
             tuple(kw.box_ratio),
             generator=self.box_generator,
         ).to(images.device)
+        size = self.patch_size(self.cfg)
+        patches = crop_boxes(images, boxes, size)
+        # the augmentation's random numbers from the box generator: the loader's stream stays
+        seed = int(torch.randint(2**62, (1,), generator=self.box_generator))
+        devices = [images.device] if images.device.type == "cuda" else []
+        with torch.random.fork_rng(devices=devices):
+            torch.manual_seed(seed)
+            patches = self.patch_augment(patches)
+        return patches.view(b, kw.num_boxes, *patches.shape[1:]), boxes
+
+    def auxiliary_loss(self, out: dict[str, Any], batch: Sequence[Any]) -> torch.Tensor:
+        kw = self.cfg.method_kwargs
+        images = batch[1][0]  # the first large crop, the query
+        if self._loader_patches is not None:
+            patches, boxes = self._loader_patches
+        else:
+            patches, boxes = self.device_patches(images)
         with torch.no_grad():  # the teacher side only gives targets
-            teacher = F.normalize(self.projector(roi_pool(out["fmap"][0], boxes, width)), dim=-1)
-        crops = crop_boxes(images, boxes, self.crop_size(width))
-        if not self.no_channel_last:
-            crops = crops.to(memory_format=torch.channels_last)
-        student = F.normalize(self.projector(self.backbone(crops)), dim=-1)
+            pooled = roi_pool(out["fmap"][0], boxes, images.shape[-1])
+            teacher = F.normalize(self.projector(pooled), dim=-1)
+        # one batch of B per patch index, as published: [B, L, D] -> [B * L, D], box order
+        student = []
+        for index in range(patches.size(1)):
+            x = patches[:, index]
+            if not self.no_channel_last:
+                x = x.to(memory_format=torch.channels_last)
+            student.append(F.normalize(self.projector(self.backbone(x)), dim=-1))
+        student = torch.stack(student, dim=1).flatten(0, 1)
         # the key of the image seen from the other large crop, as for the first crop's query
         keys = out["momentum_z"][1]
         loss = pbsd_loss(

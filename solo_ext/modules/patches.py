@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 
 import torch
+from torch import nn
 from torchvision.ops import roi_align
 
 
@@ -51,17 +52,13 @@ def roi_pool(
 ) -> torch.Tensor:
     """Mean of the ``bins x bins`` ROI-align of the map at each box: [B * L, C].
 
-    ``boxes`` are in pixels of the image the map was computed from (``image_size`` wide).
+    ``boxes`` are in pixels of the image the map was computed from (``image_size`` wide). As
+    the published PBSD teacher: torchvision's ``roi_align`` with its defaults (``aligned=False``,
+    ``sampling_ratio=-1``, i.e. ceil(bin size) samples per bin) at the map's scale (1/32 for a
+    ResNet at 224 px).
     """
     scale = fmap.shape[-1] / image_size
-    pooled = roi_align(
-        fmap.float(),
-        _rois(boxes.float()),
-        output_size=bins,
-        spatial_scale=scale,
-        sampling_ratio=2,
-        aligned=True,
-    )
+    pooled = roi_align(fmap.float(), _rois(boxes.float()), output_size=bins, spatial_scale=scale)
     return pooled.mean(dim=(2, 3))
 
 
@@ -79,3 +76,49 @@ def crop_boxes(images: torch.Tensor, boxes: torch.Tensor, size: int) -> torch.Te
         sampling_ratio=1,
         aligned=True,
     )
+
+
+class DevicePatchAugment(nn.Module):
+    """Per-patch augmentation of normalised patches [N, 3, s, s] on their device (kornia draws
+    every patch's parameters apart): horizontal flip, colour jitter, grayscale, Gaussian blur,
+    as torchvision's transforms do on one image at a time.
+
+    The patches are mapped back to [0, 1] with ``mean`` / ``std``, augmented, and normalised
+    again. Arguments of 0 probability leave their step out.
+    """
+
+    def __init__(
+        self,
+        mean: tuple[float, ...],
+        std: tuple[float, ...],
+        flip: float = 0.5,
+        jitter: tuple[float, float, float, float] = (0.4, 0.4, 0.4, 0.1),
+        jitter_prob: float = 0.8,
+        grayscale: float = 0.2,
+        blur: float = 0.5,
+        blur_sigma: tuple[float, float] = (0.1, 2.0),
+    ):
+        super().__init__()
+        import kornia.augmentation as K
+
+        ops: list[nn.Module] = []
+        if flip > 0:
+            ops.append(K.RandomHorizontalFlip(p=flip))
+        if jitter_prob > 0:
+            ops.append(K.ColorJitter(*jitter, p=jitter_prob))
+        if grayscale > 0:
+            ops.append(K.RandomGrayscale(p=grayscale))
+        self.ops = nn.Sequential(*ops)
+        self.blur, self.blur_sigma = blur, blur_sigma
+        self.register_buffer("mean", torch.tensor(mean).view(1, 3, 1, 1), persistent=False)
+        self.register_buffer("std", torch.tensor(std).view(1, 3, 1, 1), persistent=False)
+
+    def forward(self, patches: torch.Tensor) -> torch.Tensor:
+        import kornia.augmentation as K
+
+        x = (patches.float() * self.std + self.mean).clamp(0, 1)
+        x = self.ops(x)
+        if self.blur > 0:  # kernel from the patch size, as the loader's blur (10 % of the side)
+            kernel = max(3, int(0.1 * x.shape[-1]) // 2 * 2 + 1)
+            x = K.RandomGaussianBlur((kernel, kernel), self.blur_sigma, p=self.blur)(x)
+        return ((x - self.mean) / self.std).to(patches.dtype)

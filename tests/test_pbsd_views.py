@@ -1,0 +1,104 @@
+"""PBSD's loader views against the published pipeline: boxes drawn in the query crop after its
+geometry (crop, flip) and before its colour; each patch is that crop's ``resized_crop`` at the
+box (bilinear), then its own augmentation; the query's colour never reaches the patches."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from omegaconf import OmegaConf
+from PIL import Image
+from torchvision import transforms as T
+from torchvision.transforms import functional as TF
+
+from solo_ext.data.facts import SYNTHETIC_STATS
+from solo_ext.data.pbsd_views import PBSDViews
+
+MEAN, STD = (torch.tensor(s).view(3, 1, 1) for s in SYNTHETIC_STATS)
+
+
+def _aug(flip: float, jitter: float = 0.0) -> dict:
+    return {
+        "crop_size": 32,
+        "num_crops": 1,
+        "rrc": {"enabled": True, "crop_min_scale": 0.3, "crop_max_scale": 1.0},
+        "color_jitter": {
+            "prob": jitter,
+            "brightness": 0.8,
+            "contrast": 0.8,
+            "saturation": 0.8,
+            "hue": 0.2,
+        },
+        "grayscale": {"prob": 0.0},
+        "gaussian_blur": {"prob": 0.0},
+        "horizontal_flip": {"prob": flip},
+    }
+
+
+def _views(query: dict, key: dict | None = None) -> PBSDViews:
+    q, k = OmegaConf.create(query), OmegaConf.create(key or _aug(0.5))
+    return PBSDViews("synthetic_lt", q, k, 5, (0.05, 0.6), (3 / 4, 4 / 3), 16)
+
+
+def _image(seed: int = 0) -> Image.Image:
+    pixels = np.random.default_rng(seed).integers(0, 256, (48, 64, 3), dtype=np.uint8)
+    return Image.fromarray(pixels)
+
+
+def _as_pil(view: torch.Tensor) -> Image.Image:
+    """A normalised view back to the 8-bit image it was made from."""
+    pixels = ((view * STD + MEAN) * 255).round().clamp(0, 255).byte()
+    return Image.fromarray(pixels.permute(1, 2, 0).numpy())
+
+
+def _published_patch(crop: Image.Image, box: torch.Tensor) -> torch.Tensor:
+    x1, y1, x2, y2 = (int(v) for v in box)
+    cut = TF.resized_crop(crop, y1, x1, y2 - y1, x2 - x1, [16, 16], T.InterpolationMode.BILINEAR)
+    return (TF.to_tensor(cut) - MEAN) / STD
+
+
+@pytest.mark.parametrize("flip", [0.0, 1.0])
+def test_patches_are_the_query_crops_resized_crops_at_the_boxes(flip):
+    """Colour off: each patch equals resized_crop of the (flipped) query crop at its box; with
+    the flip, the boxes are in the flipped crop's frame and the patch is flipped on its own."""
+    torch.manual_seed(0)
+    query, key, patches, boxes = _views(_aug(flip))(_image())
+    assert query.shape == (3, 32, 32) and key.shape == (3, 32, 32)
+    assert patches.shape == (5, 3, 16, 16) and boxes.shape == (5, 4)
+    x1, y1, x2, y2 = boxes.unbind(1)
+    assert (x1 >= 0).all() and (y1 >= 0).all() and (x2 <= 32).all() and (y2 <= 32).all()
+    area = (x2 - x1) * (y2 - y1) / 32**2
+    assert area.min() >= 0.05 - 1 / 32 and area.max() <= 0.6 + 2 / 32  # whole pixels
+    crop = _as_pil(query)
+    for patch, box in zip(patches, boxes):
+        want = _published_patch(crop, box)
+        if flip:
+            want = TF.hflip(want)
+        torch.testing.assert_close(patch, want, atol=1e-6, rtol=0)  # the crop is exact
+
+
+def test_the_query_colour_does_not_reach_the_patches():
+    """The same draws with and without the query's colour jitter: identical boxes and patches
+    (every geometric draw comes first, and the patches are cut before the query's colour)."""
+    plain = _views(_aug(0.5))
+    coloured = _views(_aug(0.5))
+    coloured.query_colour = T.Compose(
+        [T.ColorJitter(0.8, 0.8, 0.8, 0.2), T.ToTensor(), T.Normalize(*SYNTHETIC_STATS)]
+    )
+    torch.manual_seed(3)
+    q0, _, p0, b0 = plain(_image(1))
+    torch.manual_seed(3)
+    q1, _, p1, b1 = coloured(_image(1))
+    assert torch.equal(b0, b1) and torch.equal(p0, p1)
+    assert not torch.allclose(q0, q1)  # the query itself was coloured
+
+
+def test_patches_get_their_own_colour_augmentation():
+    """With the query's colour settings on, patches differ from the plain cuts of the crop."""
+    torch.manual_seed(1)
+    plain = _views(_aug(0.0))(_image(2))
+    torch.manual_seed(1)
+    jittered = _views(_aug(0.0, jitter=1.0))(_image(2))
+    assert torch.equal(plain[3], jittered[3])  # the same boxes
+    assert not torch.allclose(plain[2], jittered[2])
