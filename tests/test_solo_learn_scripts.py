@@ -222,26 +222,97 @@ def test_main_linear_and_knn_on_a_long_tailed_dataset(pretrained, tmp_path):
     assert "Result: acc@1=" in proc.stdout
 
 
-def fake_cifar100_lt(root: Path) -> None:
-    """CIFAR-100's python layout holding exactly the images CIFAR-100-LT (imbalance 100) keeps
-    of each class, and 2 test images per class."""
-    from solo_ext.data.longtail import lt_counts
+def fake_cifar(root: Path, name: str, train_counts: list[int], test_per_class: int = 2) -> None:
+    """CIFAR's python layout (torchvision's file names; checksums skipped by the shim) holding
+    ``train_counts[c]`` random images of class c, and ``test_per_class`` test images."""
+    import torchvision.datasets as tvd
 
-    folder = root / "cifar-100-python"
+    cls = tvd.CIFAR10 if name == "cifar10" else tvd.CIFAR100
+    label_key = "labels" if name == "cifar10" else "fine_labels"
+    folder = root / cls.base_folder
     folder.mkdir(parents=True)
     rng = np.random.default_rng(0)
-    splits = {"train": lt_counts(500, 100, 100), "test": [2] * 100}
-    for split, counts in splits.items():
-        labels = [c for c, n in enumerate(counts) for _ in range(n)]
-        pixels = rng.integers(0, 256, (len(labels), 3072), dtype=np.uint8)
-        with open(folder / split, "wb") as f:
-            pickle.dump({"data": pixels, "fine_labels": labels}, f)
-    with open(folder / "meta", "wb") as f:
-        pickle.dump({"fine_label_names": [f"c{i}" for i in range(100)]}, f)
+    classes = len(train_counts)
+    for files, counts in (
+        (cls.train_list, train_counts),
+        (cls.test_list, [test_per_class] * classes),
+    ):
+        labels = np.array([c for c, n in enumerate(counts) for _ in range(n)])
+        for (file_name, _), part in zip(files, np.array_split(labels, len(files))):
+            pixels = rng.integers(0, 256, (len(part), 3072), dtype=np.uint8)
+            with open(folder / file_name, "wb") as f:
+                pickle.dump({"data": pixels, label_key: part.tolist()}, f)
+    with open(folder / cls.meta["filename"], "wb") as f:
+        pickle.dump({cls.meta["key"]: [f"c{i}" for i in range(classes)]}, f)
+
+
+def fake_images(root: Path, paths: list[str], size: int = 40) -> None:
+    """Tiny JPEG files at ``root / path``."""
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    for path in paths:
+        (root / path).parent.mkdir(parents=True, exist_ok=True)
+        pixels = rng.integers(0, 256, (size, size, 3), dtype=np.uint8)
+        Image.fromarray(pixels).save(root / path)
+
+
+def stand_in_data(dataset: str, root: Path) -> list[str]:
+    """Tiny data under ``root`` for a shipped config's dataset, and the overrides (existing keys
+    only) that point the config at it."""
+    from solo_ext.data.longtail import lt_counts
+
+    if dataset in ("cifar10", "cifar100", "cifar10_lt", "cifar100_lt"):
+        name = dataset.removesuffix("_lt")
+        classes, n_max = (10, 5000) if name == "cifar10" else (100, 500)
+        counts = lt_counts(n_max, classes, 100) if dataset.endswith("_lt") else [4] * classes
+        fake_cifar(root, name, counts)
+        overrides = [f"data.train_path={root}", f"data.val_path={root}"]
+        return overrides + (["data.download=False"] if dataset.endswith("_lt") else [])
+    if dataset == "imagenet_lt":  # one training image per class, ten test images
+        train = [f"train/n{c:04d}/0.jpg" for c in range(1000)]
+        fake_images(root, train + [f"val/{c}.jpg" for c in range(10)])
+        (root / "ImageNet_LT_train.txt").write_text(
+            "".join(f"{p} {c}\n" for c, p in enumerate(train))
+        )
+        (root / "ImageNet_LT_test.txt").write_text("".join(f"val/{c}.jpg {c}\n" for c in range(10)))
+        return [f"data.train_path={root}", f"data.val_path={root}"]
+    if dataset == "imagenet100":
+        fake_images(root, [f"{s}/n{c:03d}/{i}.jpg" for s in ("train", "val") for c in range(100)
+                           for i in range(2 if s == "train" else 1)])  # fmt: skip
+        return [f"data.train_path={root / 'train'}", f"data.val_path={root / 'val'}"]
+    raise AssertionError(f"no stand-in for {dataset}")
+
+
+GPU_CONFIGS = [n for n in configs("pretrain") if "/" in n and not n.startswith("synthetic-lt/")]
+
+
+@pytest.mark.parametrize("name", GPU_CONFIGS)
+def test_gpu_config_starts_on_cpu(name, tmp_path):
+    """Every shipped GPU config through main_pretrain.py with the README's CPU overrides, on
+    stand-in data, for one optimiser step (its batch shrunk to fit a CPU)."""
+    dataset = compose_config("pretrain", name).data.dataset
+    data = stand_in_data(dataset, tmp_path / "data")
+    args = [
+        "--config-name",
+        name,
+        *CPU,
+        *data,
+        "data.num_workers=0",
+        "optimizer.batch_size=2",
+        "max_epochs=1",
+        "+limit_train_batches=1",
+        "+num_sanity_val_steps=0",
+    ]
+    ok(solo("main_pretrain.py", args, tmp_path, SOLO_EXT_TEST_CIFAR_UNCHECKED="1"))
+    (run_dir,) = (tmp_path / "trained_models" / Path(name).name).iterdir()
+    assert list(run_dir.glob("*.ckpt"))
 
 
 def test_cifar100_lt_by_name_in_main_pretrain(tmp_path):
-    fake_cifar100_lt(tmp_path / "data")
+    from solo_ext.data.longtail import lt_counts
+
+    fake_cifar(tmp_path / "data", "cifar100", lt_counts(500, 100, 100))
     args = [
         "--config-name",
         "cifar100-lt/pbsd",
@@ -262,6 +333,31 @@ def test_cifar100_lt_by_name_in_main_pretrain(tmp_path):
 
     assert saved["data"]["train_class_counts"] == lt_counts(500, 100, 100)
     assert_cifar_stem(next(run_dir.glob("*.ckpt")))
+    assert_online_shot_groups(tmp_path)
+
+
+def test_made_lt_folder_as_custom_reads_its_counts_json(tmp_path):
+    """solo-ext-make-lt's folder trained as solo-learn's ``custom`` (the DALI route): the class
+    counts come from its counts.json, and the Many / Medium / Few online kNN runs."""
+    from solo_ext import make_lt
+
+    out = tmp_path / "lt"
+    make_lt.run(["--dataset", "synthetic_lt", "--num_classes", "6", "--imbalance_factor", "4",
+                 "--out", str(out)])  # fmt: skip
+    args = [
+        "--config-name",
+        "synthetic-lt/dscl",
+        *CPU,
+        *SMALL,
+        "data.dataset=custom",
+        f"+data.train_path={out / 'train'}",
+        f"+data.val_path={out / 'val'}",
+    ]
+    ok(solo("main_pretrain.py", args, tmp_path))
+    (run_dir,) = (tmp_path / "trained_models" / "dscl").iterdir()
+    saved = json.loads((run_dir / "args.json").read_text())
+    written = json.loads((out / "counts.json").read_text())["train_counts"]
+    assert saved["data"]["train_class_counts"] == written
     assert_online_shot_groups(tmp_path)
 
 

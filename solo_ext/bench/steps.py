@@ -30,6 +30,7 @@ from solo_ext.host import HOST, METHODS
 # (method, baseline) -> the label of each and its method_kwargs over the published defaults
 PAIRS: list[tuple[tuple[str, str, dict], tuple[str, str, dict]]] = [
     (("dscl", "dscl", {}), ("scl", "scl", {})),
+    # pbsd's published pipeline: the loader makes the patches (here: ready in memory)
     (("pbsd", "pbsd", {"num_boxes": 5}), ("dscl", "dscl", {})),
     (("densecl", "densecl", {"warmup_steps": 0}), ("densecl lambda=0", "densecl", {"lambda": 0.0})),
 ]
@@ -133,11 +134,21 @@ class _StepClock(pl.Callback):
             self.flops, self.counter = self.counter.get_total_flops(), None
 
 
-def _batches(n: int, batch_size: int, crop_size: int = 32) -> DataLoader:
-    """``n`` ready batches ``[indexes, [view 1, view 2], labels]`` (a loader without collation)."""
+def _batches(n: int, cfg: DictConfig) -> DataLoader:
+    """``n`` ready batches ``[indexes, [view 1, view 2], labels]`` (a loader without collation);
+    for a PBSD run whose loader makes the patches, the views end with its patches and boxes."""
+    from solo_ext.modules.patches import sample_boxes
+
+    batch_size, crop_size = cfg.optimizer.batch_size, cfg.augmentations[0].crop_size
     gen = torch.Generator().manual_seed(0)
     shape = (batch_size, 3, crop_size, crop_size)
     views = [torch.randn(*shape, generator=gen) for _ in range(2)]
+    method = METHODS[cfg.method]
+    if getattr(method, "pretrain_transform", None) and method.pretrain_transform(cfg) is not None:
+        boxes = cfg.method_kwargs.num_boxes
+        size = method.patch_size(cfg)
+        views.append(torch.randn(batch_size, boxes, 3, size, size, generator=gen))
+        views.append(sample_boxes(batch_size, boxes, crop_size, crop_size, generator=gen).round())
     labels = torch.randint(0, 10, (batch_size,), generator=gen)
     batches = [[torch.arange(batch_size) + i * batch_size, views, labels] for i in range(n)]
     return DataLoader(batches, batch_size=None)
@@ -167,8 +178,7 @@ def time_steps(
     )
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
-    crop_size = cfg.augmentations[0].crop_size
-    trainer.fit(model, _batches(warmup + steps + 1, cfg.optimizer.batch_size, crop_size))
+    trainer.fit(model, _batches(warmup + steps + 1, cfg))
     intervals = [b - a for a, b in zip(clock.starts, clock.starts[1:])][warmup:]
     peak = torch.cuda.max_memory_allocated(device) / 2**20 if device.type == "cuda" else None
     return Measurement(intervals, peak, clock.flops)
