@@ -257,9 +257,10 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         use_distributed_sampler=False,
     )
     trainer = pl.Trainer(**trainer_kwargs)
-    # the run directory already holds args.json and the logs when the checkpointer looks at it
-    warnings.filterwarnings("ignore", message=r"Checkpoint directory .* exists and is not empty")
-    trainer.fit(model, train_loader, val_loader, ckpt_path=ckpt_path)
+    with warnings.catch_warnings():  # (the filter stays inside this run)
+        # the run directory already holds args.json and the logs when the checkpointer looks
+        warnings.filterwarnings("ignore", message=r"Checkpoint directory .* exists and is not")
+        trainer.fit(model, train_loader, val_loader, ckpt_path=ckpt_path)
 
     metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
     result: dict[str, Any] = {"run_dir": str(run_dir), "metrics": metrics, "model": model}

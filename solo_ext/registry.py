@@ -5,7 +5,8 @@ from __future__ import annotations
 import importlib
 import warnings
 
-# name -> "module:Class"; imported lazily so that registering costs only what is used.
+# name -> "module:Class": ``load`` imports one method's module; ``register`` imports them all,
+# since solo-learn's scripts look a method up by name in ``METHODS``.
 SOLO_EXT_METHODS: dict[str, str] = {
     "scl": "solo_ext.methods.scl:SCL",
     "dscl": "solo_ext.methods.dscl:DSCL",

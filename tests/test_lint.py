@@ -1,4 +1,5 @@
-"""ruff (lint, import order, format) at line length 100 over the package and the tests."""
+"""ruff (lint, import order, format) at line length 100 over the package, the Hydra plugin and
+the tests, with the ruff version the test extra pins."""
 
 from __future__ import annotations
 
@@ -18,6 +19,10 @@ RUFF = str(_BESIDE) if _BESIDE.exists() else shutil.which("ruff")
 def test_ruff(args):
     assert RUFF, "ruff is part of the test extra: pip install -e '.[test]'"
     proc = subprocess.run(
-        [RUFF, *args, "solo_ext", "tests"], cwd=ROOT, capture_output=True, text=True, timeout=120
+        [RUFF, *args, "solo_ext", "hydra_plugins", "tests"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr

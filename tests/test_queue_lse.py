@@ -1,6 +1,7 @@
 """``queue_logsumexp`` against ``torch.logsumexp`` on the concatenated logits, including its
 CPU buffer pool (buffers reused across steps, several live in one step)."""
 
+import pytest
 import torch
 import torch.nn.functional as F
 
@@ -73,3 +74,33 @@ def test_pool_keeps_only_recent_shapes():
 def test_empty_queue_returns_extra():
     qs, extra = torch.randn(3, 4), torch.randn(3)
     assert torch.equal(queue_logsumexp(qs, torch.empty(0, 4), None, extra), extra)
+
+
+def test_gradcheck_in_float64_with_once_false():
+    """torch.autograd.gradcheck (finite differences against the analytic backward, which it
+    runs many times over one graph): the repeatable path, ``once=False``."""
+    gen = torch.Generator().manual_seed(1)
+    qs = torch.randn(4, 5, generator=gen, dtype=torch.float64).requires_grad_()
+    queue = torch.randn(7, 5, generator=gen, dtype=torch.float64).requires_grad_()
+    extra = torch.randn(4, generator=gen, dtype=torch.float64).requires_grad_()
+    bias = torch.zeros(7, dtype=torch.float64)
+    bias[2] = EXCLUDED
+
+    def fn(q, k, e):
+        return queue_logsumexp(q, k, bias, e, once=False)
+
+    assert torch.autograd.gradcheck(fn, (qs, queue, extra))
+
+
+def test_second_backward_of_the_training_path_says_why():
+    gen = torch.Generator().manual_seed(2)
+    qs = torch.randn(3, 4, generator=gen).requires_grad_()
+    queue = torch.randn(6, 4, generator=gen)
+    lse = queue_logsumexp(qs, queue, None, torch.zeros(3)).sum()
+    first = torch.autograd.grad(lse, qs, retain_graph=True)[0]
+    with pytest.raises(RuntimeError, match="runs once.*once=False"):
+        torch.autograd.grad(lse, qs)
+    repeat = queue_logsumexp(qs, queue, None, torch.zeros(3), once=False).sum()
+    again = [torch.autograd.grad(repeat, qs, retain_graph=True)[0] for _ in range(2)]
+    torch.testing.assert_close(again[0], first)
+    torch.testing.assert_close(again[1], first)

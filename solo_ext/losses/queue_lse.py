@@ -99,25 +99,34 @@ def slot_bias(valid: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.
 
 class _QueueLogSumExp(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, qs, queue, bias, extra):
-        buf, top, lse = _exp_buffer(qs, queue, bias, extra, pooled=True)
+    def forward(ctx, qs, queue, bias, extra, once):
+        buf, top, lse = _exp_buffer(qs, queue, bias, extra, pooled=once)
         ctx.save_for_backward(qs, queue, buf, top, lse, extra)
-        ctx.used = False
+        ctx.once, ctx.used = once, False
         return lse
 
     @staticmethod
     def backward(ctx, grad):
         if ctx.used:
-            raise RuntimeError("queue_logsumexp: its backward reuses a buffer; run it only once")
-        ctx.used = True
+            raise RuntimeError(
+                "queue_logsumexp: its backward turns the saved exponentials into the softmax "
+                "in place, so it runs once; for repeated backward passes (gradcheck, "
+                "retain_graph) call it with once=False"
+            )
         qs, queue, buf, top, lse, extra = ctx.saved_tensors
-        # softmax = exp(logit - top) * exp(top - lse), times the incoming gradient, in place
-        probs = buf.mul_((grad * (top - lse).exp())[:, None])
+        # softmax = exp(logit - top) * exp(top - lse), times the incoming gradient
+        scale = (grad * (top - lse).exp())[:, None]
+        if ctx.once:  # in place, into the buffer the forward kept
+            ctx.used = True
+            probs = buf.mul_(scale)
+        else:
+            probs = buf * scale
         grad_qs = probs @ queue if ctx.needs_input_grad[0] else None
         grad_queue = probs.T @ qs if ctx.needs_input_grad[1] else None
         grad_extra = grad * (extra - lse).exp() if ctx.needs_input_grad[3] else None
-        _POOL.give(buf)  # (a forward whose backward never runs leaves its buffer to autograd)
-        return grad_qs, grad_queue, None, grad_extra
+        if ctx.once:
+            _POOL.give(buf)  # (a forward whose backward never runs leaves it to autograd)
+        return grad_qs, grad_queue, None, grad_extra, None
 
 
 def queue_logsumexp(
@@ -125,6 +134,7 @@ def queue_logsumexp(
     queue: torch.Tensor,
     bias: torch.Tensor | None = None,
     extra: torch.Tensor | None = None,
+    once: bool = True,
 ) -> torch.Tensor:
     """lse_i = log( exp(extra_i) + sum_j exp(qs_i . queue_j + bias_j) ), float32.
 
@@ -133,10 +143,14 @@ def queue_logsumexp(
         queue: [K, D] keys; bias: [K] added to every row (a large negative value removes a
             column; it carries no gradient); extra: [B] one more logit per row (the positive,
             or the log-sum-exp of other columns), or None.
+        once: the backward runs at most once (a training step): it reuses the forward's buffer
+            in place, from a pool of CPU buffers kept between steps, and a second backward
+            raises. False allows repeated backward passes (``torch.autograd.gradcheck``,
+            ``retain_graph``) at the cost of one more [B, K] buffer.
     """
     if queue.size(0) == 0:
         return extra if extra is not None else qs.new_full((qs.size(0),), float("-inf"))
-    return _QueueLogSumExp.apply(qs, queue, bias, extra)
+    return _QueueLogSumExp.apply(qs, queue, bias, extra, once)
 
 
 @torch.no_grad()
