@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+# the README's main job, run below with TINY appended
+MAIN_JOB = ["solo-ext-pretrain", "--config-name", "synthetic-lt/pbsd"]
 TINY = [
     "max_epochs=1",
     "data.num_classes=4",
@@ -49,13 +51,7 @@ def _run(cmd: list[str], cwd: Path) -> subprocess.CompletedProcess:
 def pretrained_run(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("main_job")
     proc = _run(
-        _script("solo-ext-pretrain")
-        + [
-            "--config-name",
-            "synthetic-lt/pbsd",
-            *TINY,
-            f"checkpoint.dir={out}",
-        ],
+        _script(MAIN_JOB[0]) + [*MAIN_JOB[1:], *TINY, f"checkpoint.dir={out}"],
         cwd=out,  # any directory: the search-path plugin finds the config
     )
     assert "kNN (k=20, cosine) on synthetic_lt val: acc@1" in proc.stdout and "few" in proc.stdout

@@ -14,15 +14,21 @@ import torch
 from conftest import METHOD_NAMES, eval_cfg
 
 from solo_ext import knn, register
+from solo_ext.data.datasets import IndexedNCrop, build_dataset
+from solo_ext.data.samplers import build_sampler
 from solo_ext.host import METHODS, BaseMethod
 from solo_ext.pretrain import parse_cfg, run
+from solo_ext.registry import load
 
 
 def test_every_method_registered_into_host():
-    methods = register()
-    assert methods is METHODS
+    """Each name maps to solo-ext's class for it; the host's own methods keep theirs."""
+    register()
     for name in METHOD_NAMES:
-        assert issubclass(METHODS[name], BaseMethod)
+        assert METHODS[name] is load(name) and issubclass(METHODS[name], BaseMethod)
+    for name, cls in METHODS.items():
+        if name not in METHOD_NAMES:  # no host method replaced by one of solo-ext's
+            assert not cls.__module__.startswith("solo_ext.methods"), (name, cls)
 
 
 BACKBONES = {
@@ -74,13 +80,25 @@ def test_fit_checkpoint_and_knn(method, backbone, make_cfg, tmp_path, capsys):
 
 
 @pytest.mark.parametrize("sampler", ["class_balanced", "progressive"])
-def test_fit_with_long_tail_sampler(sampler, make_cfg):
+def test_fit_with_long_tail_sampler(sampler, make_cfg, monkeypatch):
+    """The images the training steps get are the sampler's draw for epoch 0, seeded with the
+    run's seed (progressive: over the run's epochs)."""
+    drawn = []
+    original = IndexedNCrop.__getitem__
+
+    def recording(self, index):
+        drawn.append(int(index))
+        return original(self, index)
+
+    monkeypatch.setattr(IndexedNCrop, "__getitem__", recording)
     cfg = make_cfg("scl", **{"data.sampler": {"name": sampler}, "checkpoint.enabled": False})
     result = run(cfg)
     assert result["metrics"]["train_class_loss"] > 0
-    assert cfg.data.sampler.name == sampler
-    if sampler == "progressive":
-        assert cfg.data.sampler.total_epochs == cfg.max_epochs  # filled from the run
+    kwargs = {"total_epochs": cfg.max_epochs} if sampler == "progressive" else {}
+    targets = build_dataset(cfg.data, "train", None).targets
+    order = list(build_sampler(sampler, targets, seed=cfg.seed, **kwargs))
+    steps = 2 * cfg.optimizer.batch_size  # limit_train_batches 2
+    assert len(drawn) >= steps and drawn[:steps] == order[:steps]
 
 
 @pytest.mark.parametrize("method", METHOD_NAMES)

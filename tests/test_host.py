@@ -28,9 +28,17 @@ def _python(code: str, env: dict | None = None, path: list[str] | None = None):
     )
 
 
-def test_reexports():
-    for name in ("BaseMethod", "BaseMomentumMethod", "METHODS", "omegaconf_select", "gather"):
-        assert getattr(host, name) is not None
+def test_reexports_are_the_active_hosts():
+    """What method code imports from solo_ext.host is the active host's own object."""
+    if host.HOST == "solo":
+        modules = ("solo.methods.base", "solo.methods", "solo.utils.misc")
+    else:
+        modules = ("solo_ext.host.standalone",) * 3
+    base, methods, misc = (importlib.import_module(m) for m in modules)
+    assert host.BaseMethod is base.BaseMethod
+    assert host.BaseMomentumMethod is base.BaseMomentumMethod
+    assert host.METHODS is methods.METHODS
+    assert host.gather is misc.gather and host.omegaconf_select is misc.omegaconf_select
     assert issubclass(host.BaseMomentumMethod, host.BaseMethod)
 
 
