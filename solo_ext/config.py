@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from solo_ext.common import did_you_mean
 from solo_ext.data.facts import SOLO_SMALL_STEM, facts
 
 
@@ -15,15 +15,10 @@ class ConfigError(ValueError):
     """A bad config key or value; the message is one line naming both."""
 
 
-def _closest(name: str, choices: Iterable[str]) -> str:
-    match = difflib.get_close_matches(name, list(choices), n=1)
-    return f" (did you mean {match[0]!r}?)" if match else ""
-
-
 def check_choice(key: str, value: Any, choices: Iterable[str]) -> None:
     choices = sorted(choices)
     if value not in choices:
-        hint = _closest(str(value), choices) if isinstance(value, str) else ""
+        hint = did_you_mean(str(value), choices) if isinstance(value, str) else ""
         raise ConfigError(f"{key}={value!r}: not one of {choices}{hint}")
 
 
@@ -51,7 +46,7 @@ def fill_section(cfg: DictConfig, section: str, defaults: Mapping[str, Any]) -> 
     for key in current:
         if key not in defaults:
             raise ConfigError(
-                f"{section}.{key}={current[key]!r}: unknown key{_closest(str(key), defaults)}; "
+                f"{section}.{key}={current[key]!r}: unknown key{did_you_mean(str(key), defaults)}; "
                 f"valid keys: {sorted(defaults)}"
             )
     for key, value in defaults.items():

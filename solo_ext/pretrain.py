@@ -8,7 +8,6 @@ in one line before any data is built or anything is written.
 
 from __future__ import annotations
 
-import difflib
 import inspect
 import warnings
 from pathlib import Path
@@ -22,6 +21,7 @@ from torch.utils.data import DataLoader
 
 from solo_ext.checkpoint import checkpoint_callbacks, new_run_id
 from solo_ext.cli import hydra_entry
+from solo_ext.common import did_you_mean
 from solo_ext.config import (
     ConfigError,
     check_choice,
@@ -56,8 +56,7 @@ def warn_unknown_keys(cfg: DictConfig) -> None:
     trainer_args = set(inspect.signature(pl.Trainer.__init__).parameters)
     for key in cfg:
         if key not in KNOWN_KEYS and key not in trainer_args:
-            hint = difflib.get_close_matches(str(key), sorted(KNOWN_KEYS | trainer_args), n=1)
-            close = f" (did you mean {hint[0]!r}?)" if hint else ""
+            close = did_you_mean(str(key), sorted(KNOWN_KEYS | trainer_args))
             warnings.warn(f"config key {key!r} is not used by solo-ext{close}", stacklevel=2)
 
 

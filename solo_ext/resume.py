@@ -28,9 +28,8 @@ from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 from omegaconf import DictConfig, OmegaConf
 
+from solo_ext.common import SEED_STRIDE
 from solo_ext.host import omegaconf_select
-
-_SEED_STRIDE = 1_000_003
 
 
 def _atomic_write(path: str | Path, write: Callable[[Any], None], mode: str) -> None:
@@ -86,7 +85,7 @@ class EpochSeed(Callback):
         self._resumed_at: int | None = None
 
     def reseed(self, epoch: int) -> None:
-        value = (self.seed * _SEED_STRIDE + epoch) % 2**63
+        value = (self.seed * SEED_STRIDE + epoch) % 2**63
         torch.manual_seed(value)
         if self.generator is not None:  # the loader's: the workers' base seed
             self.generator.manual_seed(value)

@@ -9,16 +9,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from numbers import Integral, Real
+from numbers import Real
+
+from solo_ext.common import check_int
 
 SHOT_GROUPS: tuple[str, str, str] = ("many", "medium", "few")
 
 
 def _check_int(name: str, value: object, minimum: int) -> int:
-    # bool is an Integral; a stray True/False from a config is a bug, not a count.
-    if not isinstance(value, Integral) or isinstance(value, bool) or value < minimum:
-        raise ValueError(f"data.{name}={value!r}: must be an integer >= {minimum}")
-    return int(value)
+    return check_int(f"data.{name}", value, minimum)
 
 
 def lt_counts(n_max: int, num_classes: int, imbalance_factor: float) -> list[int]:

@@ -16,7 +16,6 @@ then take strided positions of that global order, so the world size never change
 
 from __future__ import annotations
 
-import difflib
 import math
 from collections.abc import Iterator, Sequence
 from numbers import Integral, Real
@@ -26,7 +25,8 @@ import torch
 import torch.distributed as dist
 from torch.utils.data.distributed import DistributedSampler
 
-_SEED_STRIDE = 1_000_003
+from solo_ext.common import SEED_STRIDE, check_int, did_you_mean
+
 SAMPLER_COMMON_KWARGS: dict[str, Any] = {
     "seed": 0,
     "num_replicas": None,
@@ -36,10 +36,7 @@ SAMPLER_COMMON_KWARGS: dict[str, Any] = {
 
 
 def _check_int(key: str, value: object, minimum: int) -> int:
-    # bool is an Integral; a stray True/False from a config is a bug, not a count.
-    if not isinstance(value, Integral) or isinstance(value, bool) or value < minimum:
-        raise ValueError(f"data.sampler.{key}={value!r}: must be an integer >= {minimum}")
-    return int(value)
+    return check_int(f"data.sampler.{key}", value, minimum)
 
 
 def _as_labels(labels: Sequence[int] | torch.Tensor) -> torch.Tensor:
@@ -117,7 +114,7 @@ class LongTailSampler(DistributedSampler):
         return rank, world
 
     def _generator(self) -> torch.Generator:
-        return torch.Generator().manual_seed((self.seed * _SEED_STRIDE + self.epoch) % 2**64)
+        return torch.Generator().manual_seed((self.seed * SEED_STRIDE + self.epoch) % 2**64)
 
     def class_probabilities(self) -> torch.Tensor:
         """Target class distribution of the current epoch, shape [C], float64, sums to 1."""
@@ -261,11 +258,6 @@ SAMPLER_KWARGS: dict[str, dict[str, Any]] = {
 }
 
 
-def _hint(word: str, options: Sequence[str]) -> str:
-    close = difflib.get_close_matches(word, options, n=1)
-    return f" (did you mean {close[0]!r}?)" if close else ""
-
-
 def build_sampler(
     name: str, labels: Sequence[int] | torch.Tensor, **kwargs: Any
 ) -> LongTailSampler:
@@ -282,13 +274,14 @@ def build_sampler(
     """
     names = sorted(SAMPLERS)
     if name not in SAMPLERS:
-        raise ValueError(f"data.sampler.name={name!r}: not one of {names}{_hint(str(name), names)}")
+        hint = did_you_mean(str(name), names)
+        raise ValueError(f"data.sampler.name={name!r}: not one of {names}{hint}")
     valid = sorted({*SAMPLER_COMMON_KWARGS, *SAMPLER_KWARGS[name]})
     for key in kwargs:
         if key not in valid:
             raise ValueError(
                 f"data.sampler.{key}={kwargs[key]!r}: not a key of sampler {name!r}; "
-                f"valid keys: {valid}{_hint(key, valid)}"
+                f"valid keys: {valid}{did_you_mean(key, valid)}"
             )
     return SAMPLERS[name](labels, **kwargs)
 

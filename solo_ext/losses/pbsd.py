@@ -14,9 +14,8 @@ from __future__ import annotations
 
 import torch
 
+from solo_ext.common import EMPTY
 from solo_ext.losses.queue_lse import queue_logsumexp, queue_softmax, slot_bias
-
-EMPTY = -1
 
 
 def pbsd_loss(

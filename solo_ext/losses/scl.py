@@ -15,9 +15,8 @@ from typing import NamedTuple
 
 import torch
 
+from solo_ext.common import EMPTY
 from solo_ext.losses.queue_lse import queue_logsumexp, slot_bias
-
-EMPTY = -1
 
 
 class PositiveTerms(NamedTuple):

@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-EMPTY = -1
+from solo_ext.common import EMPTY
 
 
 class LabeledQueue(nn.Module):

@@ -11,7 +11,8 @@ from typing import NamedTuple
 
 import torch
 
-from solo_ext.modules.queue import EMPTY, LabeledQueue
+from solo_ext.common import EMPTY
+from solo_ext.modules.queue import LabeledQueue
 
 
 class Neighbours(NamedTuple):
