@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
-from solo_ext.data.facts import SOLO_EXT_ONLY, facts
+from solo_ext.data.facts import FEW_THRESHOLD, MANY_THRESHOLD, SOLO_EXT_ONLY, facts
 
 
 @dataclass
@@ -397,7 +397,9 @@ def _patch_linear_model(module: ModuleType) -> None:
 
                 data = RUN.data
                 self.shot_accuracy = ShotGroupAccuracy(
-                    counts, data.get("many_threshold", 100), data.get("few_threshold", 20)
+                    counts,
+                    data.get("many_threshold", MANY_THRESHOLD),
+                    data.get("few_threshold", FEW_THRESHOLD),
                 )
                 self._last_logits = None
                 self.classifier.register_forward_hook(self._keep_logits)

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from numbers import Real
 
 from solo_ext.common import check_int
+from solo_ext.data.facts import FEW_THRESHOLD, MANY_THRESHOLD
 
 SHOT_GROUPS: tuple[str, str, str] = ("many", "medium", "few")
 
@@ -53,7 +54,7 @@ def lt_counts(n_max: int, num_classes: int, imbalance_factor: float) -> list[int
 
 
 def shot_groups(
-    counts: Sequence[int], many_threshold: int = 100, few_threshold: int = 20
+    counts: Sequence[int], many_threshold: int = MANY_THRESHOLD, few_threshold: int = FEW_THRESHOLD
 ) -> list[str]:
     """Many/medium/few-shot label per class, from its number of training images.
 

@@ -17,6 +17,7 @@ from torch.utils.data import Dataset
 from torchvision.datasets.folder import default_loader
 
 from solo_ext.config import ConfigError
+from solo_ext.data.facts import FEW_THRESHOLD, MANY_THRESHOLD
 from solo_ext.data.longtail import lt_counts, shot_groups
 
 
@@ -38,8 +39,8 @@ class LongTailDataset(Dataset):
         targets: Sequence[int],
         classes: Sequence[str],
         train_class_counts: Sequence[int],
-        many_threshold: int = 100,
-        few_threshold: int = 20,
+        many_threshold: int = MANY_THRESHOLD,
+        few_threshold: int = FEW_THRESHOLD,
         transform: Callable | None = None,
     ):
         self.base, self.indices = base, list(indices)
@@ -136,8 +137,8 @@ def split_file_dataset(
     val_root: str | Path,
     split: str,
     num_classes: int,
-    many_threshold: int = 100,
-    few_threshold: int = 20,
+    many_threshold: int = MANY_THRESHOLD,
+    few_threshold: int = FEW_THRESHOLD,
     transform: Callable | None = None,
 ) -> LongTailDataset:
     """A split of ImageNet-LT / Places-LT / iNaturalist 2018 from its published file lists."""
@@ -167,8 +168,8 @@ def subsample_lt(
     n_max: int,
     imbalance_factor: float,
     seed: int,
-    many_threshold: int = 100,
-    few_threshold: int = 20,
+    many_threshold: int = MANY_THRESHOLD,
+    few_threshold: int = FEW_THRESHOLD,
     transform: Callable | None = None,
 ) -> LongTailDataset:
     """The exponential profile ``floor(n_max * IF^(-c / (C - 1)))`` of a balanced dataset."""
@@ -199,8 +200,8 @@ def balanced(
     targets: Sequence[int],
     classes: Sequence[str],
     train_class_counts: Sequence[int],
-    many_threshold: int = 100,
-    few_threshold: int = 20,
+    many_threshold: int = MANY_THRESHOLD,
+    few_threshold: int = FEW_THRESHOLD,
     transform: Callable | None = None,
 ) -> LongTailDataset:
     """A whole (balanced) evaluation split, carrying the training profile for the split metrics."""

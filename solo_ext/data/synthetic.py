@@ -17,6 +17,7 @@ import numpy as np
 import torch
 from PIL import Image
 
+from solo_ext.data.facts import FEW_THRESHOLD, MANY_THRESHOLD
 from solo_ext.data.longtail import _check_int, lt_counts, shot_groups
 
 COLOURS: dict[str, tuple[float, float, float]] = {
@@ -176,8 +177,8 @@ class SyntheticLT(torch.utils.data.Dataset):
         image_size: int = 32,
         seed: int = 0,
         transform: Callable[[Image.Image], Any] | None = None,
-        many_threshold: int = 100,
-        few_threshold: int = 20,
+        many_threshold: int = MANY_THRESHOLD,
+        few_threshold: int = FEW_THRESHOLD,
     ) -> None:
         if split not in _SPLIT_STREAM:
             raise ValueError(f"data.split={split!r}: must be one of {sorted(_SPLIT_STREAM)}")

@@ -6,6 +6,8 @@ import torch
 import torch.nn.functional as F
 from torchmetrics import Metric
 
+from solo_ext.data.facts import FEW_THRESHOLD, MANY_THRESHOLD
+
 DISTANCES = ("cosine", "euclidean")
 
 
@@ -110,8 +112,8 @@ class LongTailKNN(WeightedKNNClassifier):
     def __init__(
         self,
         train_class_counts: list[int],
-        many_threshold: int = 100,
-        few_threshold: int = 20,
+        many_threshold: int = MANY_THRESHOLD,
+        few_threshold: int = FEW_THRESHOLD,
         k: int = 20,
         T: float = 0.07,
         distance_fx: str = "cosine",

@@ -15,6 +15,7 @@ import torch
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from solo_ext.data.facts import FEW_THRESHOLD, MANY_THRESHOLD
 from solo_ext.data.longtail import SHOT_GROUPS, shot_groups
 
 GROUP_COLORS = {"many": "tab:blue", "medium": "tab:orange", "few": "tab:red"}
@@ -76,8 +77,8 @@ def longtail_report(
     scores: torch.Tensor,
     labels: torch.Tensor,
     train_class_counts: Sequence[int],
-    many_threshold: int = 100,
-    few_threshold: int = 20,
+    many_threshold: int = MANY_THRESHOLD,
+    few_threshold: int = FEW_THRESHOLD,
     prefix: str = "",
 ) -> dict[str, float]:
     """Overall top-1/top-5 and Many/Medium/Few-shot top-1 accuracy.
@@ -123,8 +124,8 @@ def write_per_class_csv(
     train_class_counts: Sequence[int],
     test_counts: Sequence[int] | torch.Tensor | None = None,
     class_names: Sequence[str] | None = None,
-    many_threshold: int = 100,
-    few_threshold: int = 20,
+    many_threshold: int = MANY_THRESHOLD,
+    few_threshold: int = FEW_THRESHOLD,
 ) -> None:
     """Writes one CSV row per class.
 
@@ -163,8 +164,8 @@ def plot_per_class_accuracy(
     path: str | Path,
     per_class_acc: torch.Tensor,
     train_class_counts: Sequence[int],
-    many_threshold: int = 100,
-    few_threshold: int = 20,
+    many_threshold: int = MANY_THRESHOLD,
+    few_threshold: int = FEW_THRESHOLD,
     title: str | None = None,
 ) -> None:
     """Saves a PNG of per-class top-1 accuracy against training images (log x).
@@ -218,8 +219,8 @@ def save_longtail_eval(
     labels: torch.Tensor,
     train_class_counts: Sequence[int],
     class_names: Sequence[str] | None = None,
-    many_threshold: int = 100,
-    few_threshold: int = 20,
+    many_threshold: int = MANY_THRESHOLD,
+    few_threshold: int = FEW_THRESHOLD,
     prefix: str = "knn_",
 ) -> dict[str, float]:
     """Computes the report and writes ``{prefix}per_class.csv`` and ``{prefix}per_class.png``.

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 import torch
 from torchmetrics import Metric
 
+from solo_ext.data.facts import FEW_THRESHOLD, MANY_THRESHOLD
 from solo_ext.data.longtail import SHOT_GROUPS, shot_groups
 
 
@@ -23,7 +24,10 @@ class ShotGroupAccuracy(Metric):
     full_state_update = False
 
     def __init__(
-        self, train_class_counts: Sequence[int], many_threshold: int = 100, few_threshold: int = 20
+        self,
+        train_class_counts: Sequence[int],
+        many_threshold: int = MANY_THRESHOLD,
+        few_threshold: int = FEW_THRESHOLD,
     ):
         super().__init__()
         groups = shot_groups(list(train_class_counts), many_threshold, few_threshold)

@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from omegaconf import DictConfig
 
 from solo_ext.config import ConfigError, check_range, fill_section, world_size
+from solo_ext.data.facts import FEW_THRESHOLD, MANY_THRESHOLD
 from solo_ext.eval.knn_classifier import LongTailKNN
 from solo_ext.host import (
     BaseMomentumMethod,
@@ -57,8 +58,8 @@ def long_tail_knn(cfg: DictConfig) -> LongTailKNN | None:
         return None
     return LongTailKNN(
         list(counts),
-        omegaconf_select(cfg, "data.many_threshold", 100),
-        omegaconf_select(cfg, "data.few_threshold", 20),
+        omegaconf_select(cfg, "data.many_threshold", MANY_THRESHOLD),
+        omegaconf_select(cfg, "data.few_threshold", FEW_THRESHOLD),
         k=cfg.knn_eval.k,
         distance_fx=omegaconf_select(cfg, "knn_eval.distance_func", "cosine"),
     )
