@@ -15,6 +15,13 @@ class ConfigError(ValueError):
     """A bad config key or value; the message is one line naming both."""
 
 
+def select(cfg: Any, key: str, default: Any = None) -> Any:
+    """``cfg.<key>`` (dotted), or ``default`` when the key is missing or null (solo-learn's
+    "None" string counts as null): one behaviour on both hosts, for the layers below them."""
+    value = OmegaConf.select(cfg, key, default=None)
+    return default if value is None or value == "None" else value
+
+
 def check_choice(key: str, value: Any, choices: Iterable[str]) -> None:
     choices = sorted(choices)
     if value not in choices:

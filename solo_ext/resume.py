@@ -29,7 +29,7 @@ from lightning.pytorch.plugins.io import TorchCheckpointIO
 from omegaconf import DictConfig, OmegaConf
 
 from solo_ext.common import SEED_STRIDE
-from solo_ext.host import omegaconf_select
+from solo_ext.config import select
 
 
 def _atomic_write(path: str | Path, write: Callable[[Any], None], mode: str) -> None:
@@ -127,7 +127,7 @@ def find_auto_resume(cfg: DictConfig) -> Path | None:
     """The newest ``.ckpt`` below ``<checkpoint.dir>/<method>`` younger than
     ``auto_resume.max_hours`` whose ``args.json`` matches ``cfg`` on :data:`SHOULD_MATCH`."""
     root = Path(cfg.checkpoint.dir) / cfg.method
-    max_age = float(omegaconf_select(cfg, "auto_resume.max_hours", 36)) * 3600
+    max_age = float(select(cfg, "auto_resume.max_hours", 36)) * 3600
     now = time.time()
     candidates = []
     for ckpt in root.glob("*/*.ckpt") if root.is_dir() else []:

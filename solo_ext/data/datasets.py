@@ -13,10 +13,9 @@ from torch.utils.data import Dataset
 from torchvision import datasets as tvd
 from torchvision.datasets.folder import IMG_EXTENSIONS
 
-from solo_ext.config import ConfigError, check_choice, check_range, fill_section
+from solo_ext.config import ConfigError, check_choice, check_range, fill_section, select
 from solo_ext.data import facts as F
 from solo_ext.data import lt_datasets as lt
-from solo_ext.host import omegaconf_select
 
 # torchvision class and images per class of the full training set
 CIFAR = {"cifar10": (tvd.CIFAR10, 5000), "cifar100": (tvd.CIFAR100, 500)}
@@ -116,7 +115,7 @@ def check_data_cfg(cfg: DictConfig) -> DictConfig:
     if dataset in LONG_TAILED:
         defaults.update(imbalance_factor=100 if dataset != "synthetic_lt" else 10, lt_seed=0)
     for key, value in defaults.items():
-        data[key] = omegaconf_select(cfg, f"data.{key}", value)
+        data[key] = select(cfg, f"data.{key}", value)
     check_choice("data.format", data.format, ("image_folder",))
     check_choice("data.bad_images", data.bad_images, BAD_IMAGE_MODES)
     if data.fraction not in (-1, 1, 1.0):
@@ -129,7 +128,7 @@ def check_data_cfg(cfg: DictConfig) -> DictConfig:
         check_range("data.imbalance_factor", data.imbalance_factor, 1)
 
     if dataset == "synthetic_lt":
-        expected = omegaconf_select(cfg, "data.num_classes", 20)
+        expected = select(cfg, "data.num_classes", 20)
         check_range("data.num_classes", expected, 2)
         fill_section(cfg, "data.synthetic", SYNTHETIC_DEFAULTS)
     elif _cifar_name(dataset):
@@ -151,11 +150,11 @@ def check_data_cfg(cfg: DictConfig) -> DictConfig:
                 )
     elif dataset in SPLIT_FILE_DATASETS:
         expected, train_file, val_file = SPLIT_FILE_DATASETS[dataset]
-        expected = omegaconf_select(cfg, "data.num_classes", expected)
+        expected = select(cfg, "data.num_classes", expected)
         _check_dir("data.train_path", data.train_path, dataset)
         data.val_path = data.val_path or data.train_path
-        data.train_split_file = omegaconf_select(cfg, "data.train_split_file", train_file)
-        data.val_split_file = omegaconf_select(cfg, "data.val_split_file", val_file)
+        data.train_split_file = select(cfg, "data.train_split_file", train_file)
+        data.val_split_file = select(cfg, "data.val_split_file", val_file)
         for key in ("train_split_file", "val_split_file"):
             lt.read_split_file(_split_file(data, key), data.train_path, expected, f"data.{key}")
     else:  # custom, custom_lt, imagenet100, imagenet: ImageFolders
@@ -175,8 +174,8 @@ def check_data_cfg(cfg: DictConfig) -> DictConfig:
             if data[key] is not None:
                 _check_class_folders(f"data.{key}", data[key])
         if dataset == "custom_lt":
-            data.lt_n_max = omegaconf_select(cfg, "data.lt_n_max", None)
-    given = omegaconf_select(cfg, "data.num_classes", None)
+            data.lt_n_max = select(cfg, "data.lt_n_max", None)
+    given = select(cfg, "data.num_classes", None)
     if given is not None and given != expected:
         raise ConfigError(f"data.num_classes={given}: the data has {expected} classes")
     data.num_classes = expected

@@ -23,6 +23,7 @@ from PIL import Image
 from torchvision import transforms as T
 from torchvision.transforms import functional as TF
 
+from solo_ext.config import select
 from solo_ext.data.transforms import (
     build_augmentation,
     crop_scale,
@@ -30,7 +31,6 @@ from solo_ext.data.transforms import (
     normalize,
     photometric_ops,
 )
-from solo_ext.host import omegaconf_select
 
 RATIO = (3 / 4, 4 / 3)  # of the query crop, as RandomResizedCrop's default
 
@@ -57,7 +57,7 @@ class PBSDViews:
         patch_size: int,
     ):
         self.size = int(query.crop_size)
-        self.rrc = bool(omegaconf_select(query, "rrc.enabled", True))
+        self.rrc = bool(select(query, "rrc.enabled", True))
         self.scale = crop_scale(query)
         self.flip = flip_prob(query)
         self.num_boxes, self.patch_size = num_boxes, patch_size

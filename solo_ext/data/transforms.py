@@ -9,8 +9,8 @@ import torch
 from omegaconf import DictConfig
 from torchvision import transforms as T
 
+from solo_ext.config import select
 from solo_ext.data.facts import facts
-from solo_ext.host import omegaconf_select
 
 
 def normalize(dataset: str, aug: DictConfig | None = None) -> T.Normalize:
@@ -26,7 +26,7 @@ def normalize(dataset: str, aug: DictConfig | None = None) -> T.Normalize:
 def photometric_ops(aug: DictConfig, size: int) -> list[Any]:
     """The colour part of one ``augmentations`` entry (jitter, grayscale, blur, solarization,
     equalization), for images ``size`` px wide (the blur kernel follows the size)."""
-    sel = lambda key, default: omegaconf_select(aug, key, default)  # noqa: E731
+    sel = lambda key, default: select(aug, key, default)  # noqa: E731
     ops: list[Any] = []
     if sel("color_jitter.prob", 0.0) > 0:
         jitter = T.ColorJitter(
@@ -50,19 +50,19 @@ def photometric_ops(aug: DictConfig, size: int) -> list[Any]:
 
 def crop_scale(aug: DictConfig) -> tuple[float, float]:
     return (
-        omegaconf_select(aug, "rrc.crop_min_scale", 0.08),
-        omegaconf_select(aug, "rrc.crop_max_scale", 1.0),
+        select(aug, "rrc.crop_min_scale", 0.08),
+        select(aug, "rrc.crop_max_scale", 1.0),
     )
 
 
 def flip_prob(aug: DictConfig) -> float:
-    return omegaconf_select(aug, "horizontal_flip.prob", 0.5)
+    return select(aug, "horizontal_flip.prob", 0.5)
 
 
 def build_augmentation(dataset: str, aug: DictConfig) -> Callable:
     """One view's augmentation from one entry of solo-learn's ``augmentations`` list."""
     size = aug.crop_size
-    if omegaconf_select(aug, "rrc.enabled", True):
+    if select(aug, "rrc.enabled", True):
         crop: Any = T.RandomResizedCrop(
             size, scale=crop_scale(aug), interpolation=T.InterpolationMode.BICUBIC
         )

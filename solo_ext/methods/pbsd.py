@@ -39,10 +39,9 @@ import torch.nn.functional as F
 from lightning.pytorch.utilities import rank_zero_info
 from omegaconf import DictConfig
 
-from solo_ext.config import ConfigError, check_choice, check_range
+from solo_ext.config import ConfigError, check_choice, check_range, select
 from solo_ext.data.pbsd_views import PBSDViews
 from solo_ext.data.transforms import crops_of, flip_prob, normalize
-from solo_ext.host import omegaconf_select
 from solo_ext.losses.pbsd import pbsd_loss
 from solo_ext.methods.base import require_spatial_map
 from solo_ext.methods.dscl import DSCL
@@ -52,7 +51,7 @@ from solo_ext.modules.patches import DevicePatchAugment, crop_boxes, roi_pool, s
 
 def device_patch_augment(dataset: str, query: DictConfig) -> DevicePatchAugment:
     """The device-side patch augmentation from the query crop's ``augmentations`` entry."""
-    sel = lambda key, default: omegaconf_select(query, key, default)  # noqa: E731
+    sel = lambda key, default: select(query, key, default)  # noqa: E731
     norm = normalize(dataset, query)
     jitter_prob = sel("color_jitter.prob", 0.0)
     jitter = tuple(
