@@ -103,10 +103,7 @@ def _check_solo_ext_keys(cfg: Any, module: ModuleType) -> dict[str, Any] | None:
         _check_checkpoint(cfg)
     dataset = OmegaConf.select(cfg, "data.dataset", default=None)
     data_format = OmegaConf.select(cfg, "data.format", default="image_folder")
-    try:
-        sampler = check_sampler_cfg(cfg, total_epochs=OmegaConf.select(cfg, "max_epochs"))
-    except ValueError as err:
-        raise ConfigError(str(err)) from None
+    sampler = check_sampler_cfg(cfg, total_epochs=OmegaConf.select(cfg, "max_epochs"))
     if sampler is not None:
         if data_format == "dali" and sampler["name"] != "instance":
             raise ConfigError(

@@ -29,7 +29,7 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from solo_ext.cli import hydra_entry
-from solo_ext.config import ConfigError, check_choice, check_range
+from solo_ext.config import check_choice, check_range
 from solo_ext.data.samplers import build_sampler, check_sampler_cfg
 from solo_ext.eval.common import load_for_eval, report, split_features
 
@@ -84,10 +84,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     check_range("optimizer.weight_decay", cfg.optimizer.weight_decay, 0)
     check_choice("optimizer.name", OmegaConf.select(cfg, "optimizer.name", default="sgd"), ["sgd"])
     backbone, pre_cfg, out_dir = load_for_eval(cfg)
-    try:
-        sampler_args = check_sampler_cfg(pre_cfg, total_epochs=cfg.max_epochs)
-    except ValueError as err:
-        raise ConfigError(str(err)) from err
+    sampler_args = check_sampler_cfg(pre_cfg, total_epochs=cfg.max_epochs)
 
     pl.seed_everything(cfg.seed, workers=True)
     feats = split_features(backbone, pre_cfg)

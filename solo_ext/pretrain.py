@@ -83,10 +83,7 @@ def parse_cfg(cfg: DictConfig) -> DictConfig:
     check_choice("scheduler.name", omegaconf_select(cfg, "scheduler.name"), method_cls._SCHEDULERS)
     check_data_cfg(cfg)
     fill_stem_option(cfg)
-    try:
-        check_sampler_cfg(cfg, total_epochs=cfg.max_epochs)
-    except ValueError as err:
-        raise ConfigError(str(err)) from err
+    check_sampler_cfg(cfg, total_epochs=cfg.max_epochs)
     cfg.name = omegaconf_select(cfg, "name", cfg.method)
     cfg.seed = omegaconf_select(cfg, "seed", 5)
     cfg.resume_from_checkpoint = omegaconf_select(cfg, "resume_from_checkpoint", None)

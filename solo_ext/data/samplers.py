@@ -26,6 +26,7 @@ import torch.distributed as dist
 from torch.utils.data.distributed import DistributedSampler
 
 from solo_ext.common import SEED_STRIDE, check_int, did_you_mean
+from solo_ext.config import ConfigError
 
 SAMPLER_COMMON_KWARGS: dict[str, Any] = {
     "seed": 0,
@@ -292,6 +293,9 @@ def check_sampler_cfg(cfg: Any, total_epochs: int) -> dict[str, Any] | None:
 
     ``progressive`` takes its ``total_epochs`` from the run's epochs unless given; the rank and
     world size come from the trainer, not the config.
+
+    Raises:
+        ConfigError: one line naming the key and the value (the closest name of a misspelt one).
     """
     from omegaconf import OmegaConf
 
@@ -304,11 +308,14 @@ def check_sampler_cfg(cfg: Any, total_epochs: int) -> dict[str, Any] | None:
     kwargs = {k: v for k, v in section.items() if k != "name"}
     for key in ("num_replicas", "rank"):
         if key in kwargs:
-            raise ValueError(
+            raise ConfigError(
                 f"data.sampler.{key}={kwargs[key]!r}: set by the trainer, not the config"
             )
     name = section.get("name")
     if name == "progressive" and kwargs.get("total_epochs") is None:
         section.total_epochs = kwargs["total_epochs"] = total_epochs
-    build_sampler(name, [0], **kwargs)  # validates name, keys and values now
+    try:
+        build_sampler(name, [0], **kwargs)  # validates name, keys and values now
+    except ValueError as err:  # the sampler's own check, as a config error of its key
+        raise ConfigError(str(err)) from None
     return {"name": name, **kwargs}
