@@ -159,8 +159,21 @@ def time_steps(
 ) -> Measurement:
     """One short fit: ``warmup + steps + 1`` steps, the last ``steps`` intervals are kept; with
     ``count_flops`` the last (untimed) step's FLOPs too."""
-    logging.getLogger("lightning.pytorch").setLevel(logging.WARNING)
-    warnings.filterwarnings("ignore", module="lightning")
+    # quiet for the measurement only: the caller's logging level and warning filters come back
+    lightning_log = logging.getLogger("lightning.pytorch")
+    level = lightning_log.level
+    lightning_log.setLevel(logging.WARNING)
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", module="lightning")
+            return _time_steps(cfg, steps, warmup, device, count_flops)
+    finally:
+        lightning_log.setLevel(level)
+
+
+def _time_steps(
+    cfg: DictConfig, steps: int, warmup: int, device: torch.device, count_flops: bool
+) -> Measurement:
     torch.manual_seed(0)  # (lightning 2.1, which solo-learn pins, has no quiet seed_everything)
     model = METHODS[cfg.method](cfg).to(memory_format=torch.channels_last)
     clock = _StepClock(device, warmup + steps if count_flops else None)
