@@ -13,7 +13,7 @@ import lightning.pytorch as pl
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from omegaconf import DictConfig, OmegaConf
 
-from solo_ext.resume import atomic_write_text
+from solo_ext.common import atomic_write_text
 
 
 def new_run_id(logdir: str | Path) -> str:

@@ -1,10 +1,15 @@
-"""Constants and small checks that several layers share (no torch, no config, no host)."""
+"""Constants, small checks and the safe file write that several layers share (no torch, no
+config, no host)."""
 
 from __future__ import annotations
 
 import difflib
-from collections.abc import Iterable
+import os
+import tempfile
+from collections.abc import Callable, Iterable
 from numbers import Integral
+from pathlib import Path
+from typing import Any
 
 # label of an empty queue slot (queues, and the losses that mask such slots)
 EMPTY = -1
@@ -25,3 +30,25 @@ def did_you_mean(word: str, options: Iterable[str]) -> str:
     """`` (did you mean 'x'?)`` with the closest of ``options``, or ``""``."""
     match = difflib.get_close_matches(word, list(options), n=1)
     return f" (did you mean {match[0]!r}?)" if match else ""
+
+
+def atomic_write(path: str | Path, write: Callable[[Any], None], mode: str) -> None:
+    """Writes through a temporary file in the same directory and a rename: an interrupted write
+    leaves the previous file whole."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, mode) as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def atomic_write_text(path: str | Path, text: str) -> None:
+    """Writes ``text`` to ``path`` through a temporary file and a rename."""
+    atomic_write(path, lambda f: f.write(text), "w")

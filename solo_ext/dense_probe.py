@@ -27,10 +27,10 @@ from solo_ext.config import ConfigError, check_range
 from solo_ext.data.datasets import build_dataset
 from solo_ext.data.synthetic import PART_CLASSES
 from solo_ext.data.transforms import build_eval_transform
-from solo_ext.eval.common import load_for_eval
 from solo_ext.eval.metrics_file import update_metrics
 from solo_ext.eval.segmentation import confusion, plot_predictions, segmentation_report
 from solo_ext.modules.feature_maps import feature_map
+from solo_ext.runs import load_for_eval
 
 
 @torch.no_grad()

@@ -20,8 +20,9 @@ from torch import nn
 
 from solo_ext.cli import hydra_entry
 from solo_ext.config import check_choice, check_range
-from solo_ext.eval.common import load_for_eval, report, split_features
+from solo_ext.eval.common import report, split_features
 from solo_ext.eval.knn_classifier import DISTANCES, knn_predict
+from solo_ext.runs import load_for_eval
 
 
 def topk_accuracy(scores: torch.Tensor, labels: torch.Tensor) -> tuple[float, float]:

@@ -31,7 +31,8 @@ from torch.utils.data import DataLoader, TensorDataset
 from solo_ext.cli import hydra_entry
 from solo_ext.config import check_choice, check_range
 from solo_ext.data.samplers import build_sampler, check_sampler_cfg
-from solo_ext.eval.common import load_for_eval, report, split_features
+from solo_ext.eval.common import report, split_features
+from solo_ext.runs import load_for_eval
 
 # keys of solo-learn's linear configs that this probe accepts and does not use
 SOLO_LINEAR_KEYS = (

@@ -39,6 +39,7 @@ from solo_ext.data.datasets import (
 from solo_ext.data.samplers import build_sampler, check_sampler_cfg
 from solo_ext.data.transforms import build_eval_transform, build_pretrain_transform
 from solo_ext.host import BACKBONES, METHODS, omegaconf_select
+from solo_ext.modules.knn import DISTANCES
 from solo_ext.registry import register
 from solo_ext.resume import AtomicCheckpointIO, EpochSeed, find_auto_resume
 
@@ -81,6 +82,9 @@ def parse_cfg(cfg: DictConfig) -> DictConfig:
     method_cls = METHODS[cfg.method]
     check_choice("optimizer.name", cfg.optimizer.name, method_cls._OPTIMIZERS)
     check_choice("scheduler.name", omegaconf_select(cfg, "scheduler.name"), method_cls._SCHEDULERS)
+    distance = omegaconf_select(cfg, "knn_eval.distance_func")
+    if distance is not None:
+        check_choice("knn_eval.distance_func", distance, DISTANCES)
     check_data_cfg(cfg)
     fill_stem_option(cfg)
     check_sampler_cfg(cfg, total_epochs=cfg.max_epochs)

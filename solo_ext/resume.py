@@ -7,18 +7,16 @@
   augmentations and dropout masks as the uninterrupted run.
 - :func:`find_auto_resume`: solo-learn's ``auto_resume``: the newest checkpoint under
   ``checkpoint.dir`` whose ``args.json`` matches the run's settings, within ``max_hours``.
-- :func:`atomic_write_text` and :class:`AtomicCheckpointIO`: a temporary file in the same
-  directory, then ``os.replace``; an interrupted write leaves the previous file whole.
+- :class:`AtomicCheckpointIO`: checkpoints through ``solo_ext.common.atomic_write`` (a
+  temporary file in the same directory, then ``os.replace``); an interrupted write leaves the
+  previous file whole.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import random
-import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -28,28 +26,8 @@ from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 from omegaconf import DictConfig, OmegaConf
 
-from solo_ext.common import SEED_STRIDE
+from solo_ext.common import SEED_STRIDE, atomic_write
 from solo_ext.config import select
-
-
-def _atomic_write(path: str | Path, write: Callable[[Any], None], mode: str) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, mode) as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def atomic_write_text(path: str | Path, text: str) -> None:
-    """Writes ``text`` to ``path`` through a temporary file and a rename."""
-    _atomic_write(path, lambda f: f.write(text), "w")
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):
@@ -58,7 +36,7 @@ class AtomicCheckpointIO(TorchCheckpointIO):
     def save_checkpoint(self, checkpoint: dict, path, storage_options=None) -> None:
         if storage_options is not None:
             raise TypeError(f"storage_options={storage_options!r}: not supported")
-        _atomic_write(path, lambda f: torch.save(checkpoint, f), "wb")
+        atomic_write(path, lambda f: torch.save(checkpoint, f), "wb")
 
     def load_checkpoint(self, path, map_location=None, weights_only=None, **kwargs) -> dict:
         """A full training checkpoint of this run (optimizer, loops, callbacks), so not the

@@ -6,9 +6,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-import solo_ext.resume as resume
+import solo_ext.common as common
+from solo_ext.common import atomic_write_text
 from solo_ext.eval.metrics_file import update_metrics
-from solo_ext.resume import AtomicCheckpointIO, atomic_write_text
+from solo_ext.resume import AtomicCheckpointIO
 
 
 class _Interrupted(Exception):
@@ -24,14 +25,14 @@ def test_interrupted_text_write_keeps_the_old_file(tmp_path, monkeypatch):
         raise _Interrupted
 
     with pytest.raises(_Interrupted):
-        resume._atomic_write(path, fail, "w")
+        common.atomic_write(path, fail, "w")
     assert path.read_text() == '{"knn_acc1": 50.0}'
     assert [p.name for p in tmp_path.iterdir()] == ["metrics.json"]
 
 
 def test_metrics_update_is_atomic_and_merges(tmp_path, monkeypatch):
     update_metrics(tmp_path, {"knn_acc1": 50.0})
-    monkeypatch.setattr(resume.os, "replace", lambda *a: (_ for _ in ()).throw(_Interrupted()))
+    monkeypatch.setattr(common.os, "replace", lambda *a: (_ for _ in ()).throw(_Interrupted()))
     with pytest.raises(_Interrupted):
         update_metrics(tmp_path, {"linear_acc1": 60.0})
     monkeypatch.undo()

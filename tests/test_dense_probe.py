@@ -72,7 +72,7 @@ def test_dense_probe_beats_predicting_background(trained_run):
 
 
 def test_dense_probe_needs_label_maps(tmp_path, monkeypatch):
-    from solo_ext.eval import common
+    from solo_ext import runs
 
     def fake_load(cfg):
         from omegaconf import OmegaConf
@@ -80,6 +80,6 @@ def test_dense_probe_needs_label_maps(tmp_path, monkeypatch):
         return None, OmegaConf.create({"data": {"dataset": "cifar10"}}), tmp_path
 
     monkeypatch.setattr(dense_probe, "load_for_eval", fake_load)
-    assert common.load_for_eval is not fake_load
+    assert runs.load_for_eval is not fake_load
     with pytest.raises(ConfigError, match="data.dataset='cifar10': the dense probe needs"):
         dense_probe.run(eval_cfg("dense_probe", tmp_path))

@@ -9,11 +9,11 @@ import torch
 from omegaconf import OmegaConf
 from torch import nn
 
-from solo_ext.eval.knn_classifier import WeightedKNNClassifier, knn_predict
 from solo_ext.host.standalone.backbones import build_backbone, feature_dim
 from solo_ext.host.standalone.momentum import MomentumUpdater, initialize_momentum_params
 from solo_ext.host.standalone.optim import OPTIMIZERS, warmup_cosine
 from solo_ext.host.standalone.utils import accuracy_at_k, omegaconf_select, split_weight_decay
+from solo_ext.modules.knn import WeightedKNNClassifier, knn_predict
 
 
 def test_warmup_cosine_values():

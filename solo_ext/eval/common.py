@@ -1,4 +1,4 @@
-"""What the kNN and linear evaluations share: the run to evaluate, its features, the report."""
+"""What the kNN and linear evaluations share: the frozen features of both splits and the report."""
 
 from __future__ import annotations
 
@@ -7,45 +7,36 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 from torch import nn
+from torch.utils.data import DataLoader, Dataset
 
 from solo_ext.config import ConfigError
-from solo_ext.data.datasets import build_dataset, check_data_cfg, train_class_counts
+from solo_ext.data.datasets import build_dataset, train_class_counts
 from solo_ext.data.transforms import build_eval_transform
 from solo_ext.eval.longtail import longtail_report, save_longtail_eval
 from solo_ext.eval.metrics_file import update_metrics
-from solo_ext.eval.pretrained import extract_features, load_run
 
 
-def load_for_eval(cfg: DictConfig) -> tuple[nn.Module, DictConfig, Path]:
-    """The backbone and pretraining config of ``cfg.pretrained_checkpoint_dir`` (a run
-    directory) or ``cfg.pretrained_feature_extractor`` (a checkpoint file, solo-learn's key),
-    with ``cfg.data`` merged over the run's data config; returns the output directory too."""
-    run_dir = OmegaConf.select(cfg, "pretrained_checkpoint_dir", default=None)
-    ckpt = OmegaConf.select(cfg, "pretrained_feature_extractor", default=None)
-    if run_dir is None and ckpt is None:
-        raise ConfigError(
-            "pretrained_checkpoint_dir is missing (the run directory to evaluate; or "
-            "pretrained_feature_extractor, its checkpoint)"
-        )
-    if run_dir is None and not Path(ckpt).is_file():
-        raise FileNotFoundError(f"pretrained_feature_extractor={str(ckpt)!r}: no such file")
-    backbone, pre_cfg, ckpt_path = (
-        load_run(run_dir) if run_dir is not None else load_run(Path(ckpt).parent, ckpt)
-    )
-    for key in ("method", "backbone.name"):  # named in the evaluation config: must agree
-        given = OmegaConf.select(cfg, key, default=None)
-        trained = OmegaConf.select(pre_cfg, key, default=None)
-        if given is not None and given != trained:
-            raise ConfigError(
-                f"{key}={given!r}: the checkpoint {str(ckpt_path)!r} was trained with {trained!r}"
-            )
-    overrides = OmegaConf.select(cfg, "data", default=None) or {}
-    pre_cfg.data = OmegaConf.merge(pre_cfg.data, overrides)
-    OmegaConf.set_struct(pre_cfg, False)
-    check_data_cfg(pre_cfg)
-    return backbone, pre_cfg, ckpt_path.parent
+@torch.no_grad()
+def extract_features(
+    backbone: nn.Module,
+    dataset: Dataset,
+    batch_size: int = 256,
+    num_workers: int = 0,
+    device: torch.device | str | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Features [N, D] and labels [N] of a dataset of (image, label) under ``backbone.eval()``."""
+    device = device or next(backbone.parameters()).device
+    was_training = backbone.training
+    backbone.eval()
+    feats, labels = [], []
+    loader = DataLoader(dataset, batch_size=batch_size, num_workers=num_workers)
+    for x, y in loader:
+        feats.append(backbone(x.to(device)).float().cpu())
+        labels.append(torch.as_tensor(y))
+    backbone.train(was_training)
+    return torch.cat(feats), torch.cat(labels)
 
 
 def split_features(backbone: nn.Module, pre_cfg: DictConfig, batch_size: int = 256) -> dict:

@@ -7,7 +7,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from solo_ext.resume import atomic_write_text
+from solo_ext.common import atomic_write_text
 
 
 def _jsonable(value: Any) -> Any:

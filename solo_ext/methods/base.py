@@ -61,7 +61,7 @@ def long_tail_knn(cfg: DictConfig) -> LongTailKNN | None:
         omegaconf_select(cfg, "data.many_threshold", MANY_THRESHOLD),
         omegaconf_select(cfg, "data.few_threshold", FEW_THRESHOLD),
         k=cfg.knn_eval.k,
-        distance_fx=omegaconf_select(cfg, "knn_eval.distance_func", "cosine"),
+        distance_fx=cfg.knn_eval.distance_func,  # filled in by the host
     )
 
 

@@ -16,7 +16,6 @@ import torch.nn.functional as F
 from omegaconf import DictConfig
 from torch import nn
 
-from solo_ext.eval.knn_classifier import WeightedKNNClassifier
 from solo_ext.host.standalone.backbones import BACKBONES, build_backbone, feature_dim
 from solo_ext.host.standalone.momentum import MomentumUpdater, initialize_momentum_params
 from solo_ext.host.standalone.optim import OPTIMIZERS, SCHEDULERS, step_schedule, warmup_cosine
@@ -26,6 +25,7 @@ from solo_ext.host.standalone.utils import (
     split_weight_decay,
     weighted_mean,
 )
+from solo_ext.modules.knn import WeightedKNNClassifier
 
 log = logging.getLogger(__name__)
 

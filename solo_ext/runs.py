@@ -1,0 +1,78 @@
+"""A pretrained run, as the evaluation commands take it: its directory (``args.json`` and the
+newest checkpoint, solo-ext's or solo-learn's layout) or a checkpoint file, loaded into the
+active host's backbone. Above the host (it builds the host's backbone); the evaluation below it
+(``solo_ext.eval``) only sees the backbone."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+from torch import nn
+
+from solo_ext.checkpoint import find_checkpoint
+from solo_ext.config import ConfigError
+from solo_ext.data.datasets import check_data_cfg
+from solo_ext.host import build_backbone
+
+
+def load_run(
+    run_dir: str | Path, ckpt_path: str | Path | None = None
+) -> tuple[nn.Module, DictConfig, Path]:
+    """Backbone (with the run's weights), config (``args.json``) and checkpoint path of a run
+    directory ``<dir>/<method>/<run id>/`` (its newest checkpoint, or ``ckpt_path``)."""
+    run_dir = Path(run_dir)
+    args_path = run_dir / "args.json"
+    if not args_path.is_file():
+        raise FileNotFoundError(f"pretrained_checkpoint_dir={str(run_dir)!r}: no args.json")
+    with open(args_path) as f:
+        cfg = OmegaConf.create(json.load(f))
+    ckpt_path = find_checkpoint(run_dir) if ckpt_path is None else Path(ckpt_path)
+    backbone = build_backbone(
+        cfg.backbone.name, cfg.method, cfg.data.dataset, cfg.backbone.get("kwargs") or {}
+    )
+    state = torch.load(ckpt_path, map_location="cpu", weights_only=False)
+    state = state.get("state_dict", state)
+    weights = {k[len("backbone.") :]: v for k, v in state.items() if k.startswith("backbone.")}
+    if not weights:
+        raise ConfigError(f"checkpoint {str(ckpt_path)!r}: no 'backbone.' weights in it")
+    missing, unexpected = backbone.load_state_dict(weights, strict=False)
+    if missing or unexpected:
+        raise ConfigError(
+            f"checkpoint {str(ckpt_path)!r}: does not fit backbone.name={cfg.backbone.name!r} "
+            f"({len(missing)} missing, {len(unexpected)} unexpected keys, e.g. "
+            f"{(missing or unexpected)[0]!r})"
+        )
+    return backbone.eval(), cfg, ckpt_path
+
+
+def load_for_eval(cfg: DictConfig) -> tuple[nn.Module, DictConfig, Path]:
+    """The backbone and pretraining config of ``cfg.pretrained_checkpoint_dir`` (a run
+    directory) or ``cfg.pretrained_feature_extractor`` (a checkpoint file, solo-learn's key),
+    with ``cfg.data`` merged over the run's data config; returns the output directory too."""
+    run_dir = OmegaConf.select(cfg, "pretrained_checkpoint_dir", default=None)
+    ckpt = OmegaConf.select(cfg, "pretrained_feature_extractor", default=None)
+    if run_dir is None and ckpt is None:
+        raise ConfigError(
+            "pretrained_checkpoint_dir is missing (the run directory to evaluate; or "
+            "pretrained_feature_extractor, its checkpoint)"
+        )
+    if run_dir is None and not Path(ckpt).is_file():
+        raise FileNotFoundError(f"pretrained_feature_extractor={str(ckpt)!r}: no such file")
+    backbone, pre_cfg, ckpt_path = (
+        load_run(run_dir) if run_dir is not None else load_run(Path(ckpt).parent, ckpt)
+    )
+    for key in ("method", "backbone.name"):  # named in the evaluation config: must agree
+        given = OmegaConf.select(cfg, key, default=None)
+        trained = OmegaConf.select(pre_cfg, key, default=None)
+        if given is not None and given != trained:
+            raise ConfigError(
+                f"{key}={given!r}: the checkpoint {str(ckpt_path)!r} was trained with {trained!r}"
+            )
+    overrides = OmegaConf.select(cfg, "data", default=None) or {}
+    pre_cfg.data = OmegaConf.merge(pre_cfg.data, overrides)
+    OmegaConf.set_struct(pre_cfg, False)
+    check_data_cfg(pre_cfg)
+    return backbone, pre_cfg, ckpt_path.parent
