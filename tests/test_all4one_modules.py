@@ -43,7 +43,7 @@ def test_indexes_follow_keys_through_wraparound():
 
 
 def test_k_outside_the_support_set():
-    with pytest.raises(ValueError, match=r"method_kwargs.k=9: must be in \[1, queue_size=8\]"):
+    with pytest.raises(ValueError, match=r"k=9: must be in \[1, 8\]"):
         SupportSet(8, 4).neighbours(torch.randn(2, 4), k=9)
 
 

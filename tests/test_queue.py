@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from solo_ext.modules.queue import LabeledQueue
+from solo_ext.modules.queue import KeyQueue, LabeledQueue
 
 
 def _keys(start, n, dim=3):
@@ -59,3 +59,27 @@ def test_state_dict_round_trip():
     assert torch.equal(other.keys, queue.keys)
     assert torch.equal(other.labels, queue.labels)
     assert other.ptr.item() == 3
+
+
+def test_key_queue_is_the_same_fifo_without_labels():
+    """DenseCL's queues: the same slots and order as the labelled queue, written slots marked."""
+    keys_only, labelled = KeyQueue(size=7, dim=3), LabeledQueue(size=7, dim=3)
+    keys_only.keys.copy_(labelled.keys)
+    assert not keys_only.valid.any()
+    written = 0
+    for n in (3, 3, 9, 1):  # wraps, and one batch larger than the queue
+        keys_only.enqueue(_keys(written, n))
+        labelled.enqueue(_keys(written, n), torch.arange(written, written + n))
+        written += n
+        assert torch.equal(keys_only.keys, labelled.keys)
+        assert torch.equal(keys_only.valid, labelled.valid)
+        assert keys_only.ptr.item() == labelled.ptr.item() == written % 7
+    assert set(keys_only.state_dict()) == {"keys", "ptr", "written"}
+
+
+def test_key_queue_marks_only_what_was_written():
+    queue = KeyQueue(size=6, dim=2)
+    queue.enqueue(torch.ones(4, 2))
+    assert queue.valid.tolist() == [True] * 4 + [False] * 2
+    queue.enqueue(torch.ones(3, 2))
+    assert queue.valid.all() and queue.ptr.item() == 1

@@ -23,8 +23,9 @@ from solo_ext.host import (
     initialize_momentum_params,
     omegaconf_select,
 )
-from solo_ext.modules import LabeledQueue, build_mlp
+from solo_ext.modules import build_mlp
 from solo_ext.modules.feature_maps import feature_map
+from solo_ext.modules.queue import KeyQueue, LabeledQueue
 
 
 def require_spatial_map(cfg: DictConfig) -> None:
@@ -82,7 +83,7 @@ class MomentumQueueMethod(BaseMomentumMethod):
         self.projector, self.momentum_projector = (self.build_projector(kw) for _ in range(2))
         initialize_momentum_params(self.projector, self.momentum_projector)
         self.queue = self.build_queue(kw)
-        self._pending: list[tuple[LabeledQueue, tuple[torch.Tensor | None, ...]]] = []
+        self._pending: list[tuple[KeyQueue | LabeledQueue, tuple[torch.Tensor, ...]]] = []
         self.lt_knn = long_tail_knn(cfg)
 
     def build_projector(self, kw: DictConfig) -> torch.nn.Module:
@@ -91,7 +92,8 @@ class MomentumQueueMethod(BaseMomentumMethod):
             self.features_dim, kw.proj_hidden_dim, kw.proj_output_dim, batch_norm=False
         )
 
-    def build_queue(self, kw: DictConfig) -> LabeledQueue:
+    def build_queue(self, kw: DictConfig) -> KeyQueue | LabeledQueue:
+        """The queue of keys and labels (a method without labels builds a KeyQueue)."""
         return LabeledQueue(kw.queue_size, kw.proj_output_dim)
 
     @classmethod
@@ -157,7 +159,7 @@ class MomentumQueueMethod(BaseMomentumMethod):
                 "anything was written (lower the lr, or use bf16 or 32-bit precision)"
             )
 
-    def enqueue_after_step(self, queue: LabeledQueue, *tensors: torch.Tensor | None) -> None:
+    def enqueue_after_step(self, queue: KeyQueue | LabeledQueue, *tensors: torch.Tensor) -> None:
         """``queue.enqueue(*tensors)`` (keys, labels, ...) in on_train_batch_end: queues are read
         by the backward pass."""
         self._pending.append((queue, tensors))

@@ -34,8 +34,8 @@ from solo_ext.config import check_bool, check_range
 from solo_ext.host import gather, initialize_momentum_params
 from solo_ext.losses.densecl import dense_correspondence, densecl_loss, infonce
 from solo_ext.methods.base import MomentumQueueMethod, require_spatial_map
-from solo_ext.modules import LabeledQueue
 from solo_ext.modules.feature_maps import feature_map
+from solo_ext.modules.queue import KeyQueue
 
 
 class DenseCL(MomentumQueueMethod):
@@ -57,11 +57,15 @@ class DenseCL(MomentumQueueMethod):
         )
         initialize_momentum_params(self.dense_projector, self.momentum_dense_projector)
         # the second view's keys; with symmetric, also queues of the first view's
-        self.dense_queue = LabeledQueue(kw.queue_size, kw.proj_output_dim)
+        self.dense_queue = self.build_queue(kw)
         self.queue_view1 = self.dense_queue_view1 = None
         if kw.symmetric:
             self.queue_view1 = self.build_queue(kw)
-            self.dense_queue_view1 = LabeledQueue(kw.queue_size, kw.proj_output_dim)
+            self.dense_queue_view1 = self.build_queue(kw)
+
+    def build_queue(self, kw: DictConfig) -> KeyQueue:
+        """MoCo's queue: keys without labels."""
+        return KeyQueue(kw.queue_size, kw.proj_output_dim)
 
     @classmethod
     def check_method_kwargs(cls, cfg: DictConfig) -> None:
@@ -125,7 +129,7 @@ class DenseCL(MomentumQueueMethod):
         kw = self.cfg.method_kwargs
         return 0.0 if self.trainer.global_step < kw.warmup_steps else float(kw["lambda"])
 
-    def directions(self) -> list[tuple[int, int, LabeledQueue, LabeledQueue | None]]:
+    def directions(self) -> list[tuple[int, int, KeyQueue, KeyQueue]]:
         """(query crop, key crop, global queue, dense queue) of every direction of a step."""
         first = [(0, 1, self.queue, self.dense_queue)]
         if not self.cfg.method_kwargs.symmetric:

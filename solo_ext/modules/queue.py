@@ -1,4 +1,13 @@
-"""A FIFO queue of key embeddings with their labels, kept in buffers (checkpointed, resumable)."""
+"""FIFO queues of key embeddings, kept in buffers (checkpointed, resumable).
+
+- :class:`KeyQueue`: keys only (MoCo's and DenseCL's negatives); written slots are tracked.
+- :class:`LabeledQueue`: keys with their labels (the supervised contrastive losses); a slot is
+  empty while its label is ``EMPTY``.
+
+Both write a batch at the pointer and wrap around, so any batch size works, also one that does
+not divide the size. Under distributed training the caller passes the gathered batch, so every
+rank holds the same queue.
+"""
 
 from __future__ import annotations
 
@@ -9,40 +18,63 @@ from torch import nn
 from solo_ext.common import EMPTY
 
 
-class LabeledQueue(nn.Module):
-    """Queue of ``size`` keys [size, dim] and labels [size] (``-1`` = empty slot, to be masked).
-
-    ``enqueue`` writes a batch at the pointer and wraps around, so any batch size works, also one
-    that does not divide ``size``. Under distributed training the caller passes the gathered
-    batch, so every rank holds the same queue.
-    """
+class _Ring(nn.Module):
+    """``size`` keys [size, dim] (random unit vectors until written) and the write pointer."""
 
     def __init__(self, size: int, dim: int):
         super().__init__()
         if size < 1:
-            raise ValueError(f"method_kwargs.queue_size={size}: must be >= 1")
+            raise ValueError(f"queue size={size}: must be >= 1")
         self.size = size
         self.register_buffer("keys", F.normalize(torch.randn(size, dim), dim=1))
-        self.register_buffer("labels", torch.full((size,), EMPTY, dtype=torch.long))
         self.register_buffer("ptr", torch.zeros((), dtype=torch.long))
 
     @torch.no_grad()
-    def enqueue(self, keys: torch.Tensor, labels: torch.Tensor | None = None) -> None:
-        """Writes keys [n, dim] and labels [n]; when n > size only the last ``size`` are kept.
-
-        Without labels (a plain MoCo queue) the slots are marked filled with label 0.
-        """
+    def _write_keys(self, keys: torch.Tensor) -> tuple[torch.Tensor, int]:
+        """Writes keys [n, dim] at the pointer (the last ``size`` when n > size) and moves it;
+        returns the slots written and how many of the batch's last rows they hold."""
         n = keys.size(0)
-        if labels is None:
-            labels = torch.zeros(n, dtype=torch.long, device=keys.device)
-        if n > self.size:
-            keys, labels = keys[-self.size :], labels[-self.size :]
-            self.ptr += n - self.size
-            n = self.size
-        idx = (self.ptr + torch.arange(n, device=self.ptr.device)) % self.size
-        self.keys.index_copy_(0, idx, keys.to(self.keys.dtype))
-        self.labels.index_copy_(0, idx, labels.to(self.labels.dtype))
+        kept = min(n, self.size)
+        start = self.ptr + (n - kept)
+        slots = (start + torch.arange(kept, device=self.ptr.device)) % self.size
+        self.keys.index_copy_(0, slots, keys[n - kept :].to(self.keys.dtype))
         self.ptr.copy_((self.ptr + n) % self.size)
+        return slots, kept
+
+
+class KeyQueue(_Ring):
+    """Queue of unlabelled keys; ``valid`` marks the slots written so far."""
+
+    def __init__(self, size: int, dim: int):
+        super().__init__(size, dim)
+        self.register_buffer("written", torch.zeros(size, dtype=torch.bool))
+
+    @torch.no_grad()
+    def enqueue(self, keys: torch.Tensor) -> None:
+        """Writes keys [n, dim]; when n > size only the last ``size`` are kept."""
+        slots, _ = self._write_keys(keys)
+        self.written[slots] = True
+
+    @property
+    def valid(self) -> torch.Tensor:
+        """Mask [size] of the written slots."""
+        return self.written
+
+
+class LabeledQueue(_Ring):
+    """Queue of keys and labels [size] (``EMPTY`` = an empty slot, to be masked)."""
+
+    def __init__(self, size: int, dim: int):
+        super().__init__(size, dim)
+        self.register_buffer("labels", torch.full((size,), EMPTY, dtype=torch.long))
+
+    @torch.no_grad()
+    def enqueue(self, keys: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        """Writes keys [n, dim] and labels [n]; when n > size only the last ``size`` are kept.
+        Returns the slots written (for the newest ``min(n, size)`` rows)."""
+        slots, kept = self._write_keys(keys)
+        self.labels.index_copy_(0, slots, labels[labels.size(0) - kept :].to(self.labels.dtype))
+        return slots
 
     @property
     def valid(self) -> torch.Tensor:

@@ -34,24 +34,20 @@ class SupportSet(LabeledQueue):
 
     @torch.no_grad()
     def enqueue(
-        self,
-        keys: torch.Tensor,
-        labels: torch.Tensor | None = None,
-        indexes: torch.Tensor | None = None,
-    ) -> None:
+        self, keys: torch.Tensor, labels: torch.Tensor, indexes: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """As :meth:`LabeledQueue.enqueue`, plus the image indexes [n] at the same slots."""
-        start = int(self.ptr)
-        super().enqueue(keys, labels)
+        slots = super().enqueue(keys, labels)
         if indexes is not None:
-            n = min(indexes.size(0), self.size)
-            start = (start + indexes.size(0) - n) % self.size
-            slots = (start + torch.arange(n, device=self.indexes.device)) % self.size
-            self.indexes.index_copy_(0, slots, indexes[-n:].to(self.indexes.dtype))
+            self.indexes.index_copy_(
+                0, slots, indexes[indexes.size(0) - slots.size(0) :].to(self.indexes.dtype)
+            )
+        return slots
 
     @torch.no_grad()
     def neighbours(self, z: torch.Tensor, k: int) -> Neighbours:
         """The k entries of highest dot product with each row of z [B, D], nearest first."""
         if not 1 <= k <= self.size:
-            raise ValueError(f"method_kwargs.k={k}: must be in [1, queue_size={self.size}]")
+            raise ValueError(f"k={k}: must be in [1, {self.size}] (the support set's size)")
         slots = (z.float() @ self.keys.float().T).topk(k, dim=1).indices
         return Neighbours(self.keys[slots], slots, self.labels[slots], self.indexes[slots])
