@@ -140,6 +140,16 @@ class MomentumQueueMethod(BaseMomentumMethod):
         out["z"] = F.normalize(self.projector(out["feats"]), dim=-1)
         return out
 
+    def channels_last(self, X: torch.Tensor) -> torch.Tensor:
+        """``X`` in the memory format the host's forward uses (channels-last unless the run
+        sets ``performance.disable_channel_last``)."""
+        return X if self.no_channel_last else X.to(memory_format=torch.channels_last)
+
+    def backbone_map(self, backbone: torch.nn.Module, X: torch.Tensor) -> tuple[Any, Any]:
+        """(last feature map [B, C, h, w], pooled features [B, C]) of ``backbone`` on ``X``, from
+        one pass; the pooled features are exactly what the host's forward gives."""
+        return feature_map(backbone, self.channels_last(X))
+
     @torch.no_grad()
     def momentum_forward(self, X: torch.Tensor) -> dict[str, Any]:
         out = super().momentum_forward(X)

@@ -34,7 +34,6 @@ from solo_ext.config import check_bool, check_range
 from solo_ext.host import gather, initialize_momentum_params
 from solo_ext.losses.densecl import dense_correspondence, densecl_loss, infonce
 from solo_ext.methods.base import MomentumQueueMethod, require_spatial_map
-from solo_ext.modules.feature_maps import feature_map
 from solo_ext.modules.queue import KeyQueue
 
 
@@ -90,9 +89,7 @@ class DenseCL(MomentumQueueMethod):
 
     def _dense(self, backbone, dense_projector, X: torch.Tensor) -> dict[str, Any]:
         """Pooled features, the backbone map [B, C, S] and the dense projections [B, D, S]."""
-        if not self.no_channel_last:
-            X = X.to(memory_format=torch.channels_last)
-        fmap, feats = feature_map(backbone, X)
+        fmap, feats = self.backbone_map(backbone, X)
         grid = self.cfg.method_kwargs.grid_size
         if grid is not None:
             fmap = F.adaptive_avg_pool2d(fmap, grid)

@@ -45,7 +45,6 @@ from solo_ext.data.transforms import crops_of, flip_prob, normalize
 from solo_ext.losses.pbsd import pbsd_loss
 from solo_ext.methods.base import require_spatial_map
 from solo_ext.methods.dscl import DSCL
-from solo_ext.modules.feature_maps import feature_map
 from solo_ext.modules.patches import DevicePatchAugment, crop_boxes, roi_pool, sample_boxes
 
 
@@ -160,9 +159,7 @@ class PBSD(DSCL):
         """Adds the last feature map (``fmap``) while training, from the same forward pass."""
         if not self.training:
             return super().forward(X)
-        if not self.no_channel_last:
-            X = X.to(memory_format=torch.channels_last)
-        fmap, feats = feature_map(self.backbone, X)
+        fmap, feats = self.backbone_map(self.backbone, X)
         return {
             "feats": feats,
             "fmap": fmap,
@@ -223,10 +220,8 @@ class PBSD(DSCL):
         # one batch of B per patch index, as published: [B, L, D] -> [B * L, D], box order
         student = []
         for index in range(patches.size(1)):
-            x = patches[:, index]
-            if not self.no_channel_last:
-                x = x.to(memory_format=torch.channels_last)
-            student.append(F.normalize(self.projector(self.backbone(x)), dim=-1))
+            feats = self.backbone(self.channels_last(patches[:, index]))
+            student.append(F.normalize(self.projector(feats), dim=-1))
         student = torch.stack(student, dim=1).flatten(0, 1)
         # the key of the image seen from the other large crop, as for the first crop's query
         keys = out["momentum_z"][1]
