@@ -78,6 +78,8 @@ def parse_cfg(cfg: DictConfig) -> DictConfig:
         "augmentations",
     )
     check_choice("method", cfg.method, [m for m in METHODS if m not in ("base", "linear")])
+    if cfg.backbone.name == "resnet32":  # its name before it stopped starting with "resnet"
+        raise ConfigError("backbone.name='resnet32': now named 'cifar_resnet32'")
     check_choice("backbone.name", cfg.backbone.name, BACKBONES)
     method_cls = METHODS[cfg.method]
     check_choice("optimizer.name", cfg.optimizer.name, method_cls._OPTIMIZERS)

@@ -42,7 +42,7 @@ DENSE_METHODS = ("densecl", "pbsd")
 def tiny_backbone(method: str) -> dict:
     """The cheapest backbone a method runs on at 32 px (the suite must fit 2 CPU cores)."""
     if method in DENSE_METHODS:
-        return {"name": "resnet32"}
+        return {"name": "cifar_resnet32"}
     return {"name": "resnet18", "kwargs": {"small_image_stem": False}}
 
 

@@ -91,7 +91,7 @@ def test_pretrain_config(name: str, tmp_path):
     cfg = parse_cfg(compose_config("pretrain", name, data_overrides(dataset, tmp_path)))
     assert cfg.method == Path(name).name
     assert cfg.data.num_large_crops == 2
-    assert cfg.backbone.name in ("resnet18", "resnet32", "resnet50")
+    assert cfg.backbone.name in ("resnet18", "cifar_resnet32", "resnet50")
     assert len(cfg.augmentations) >= 1  # its own augmentation file, at the global package
 
 

@@ -45,7 +45,7 @@ def trained_run(tmp_path_factory) -> Path:
         "densecl",
         tmp_path_factory.mktemp("dense"),
         **{
-            "backbone.name": "resnet32",
+            "backbone.name": "cifar_resnet32",
             "method_kwargs.warmup_steps": 0,
             "data.synthetic.n_max": 40,
             "limit_train_batches": 4,

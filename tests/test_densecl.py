@@ -85,7 +85,7 @@ def test_warmup_switches_at_the_right_step(make_cfg, monkeypatch):
 
 
 def test_gradients_reach_only_the_query_branch(make_cfg):
-    cfg = parse_cfg(make_cfg("densecl", **{"backbone.name": "resnet32"}))
+    cfg = parse_cfg(make_cfg("densecl", **{"backbone.name": "cifar_resnet32"}))
     model = METHODS["densecl"](cfg).train()
     x1, x2 = torch.randn(4, 3, 32, 32), torch.randn(4, 3, 32, 32)
     q, k = model(x1), model.momentum_forward(x2)

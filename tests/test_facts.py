@@ -45,7 +45,7 @@ def test_every_long_tailed_name_is_solo_ext_only():
         ("pbsd", "resnet18", False, 32, True),  # ImageNet stem at 32 px: a 1x1 map
         ("densecl", "resnet18", False, 32, True),
         ("pbsd", "resnet18", True, 32, False),
-        ("densecl", "resnet32", None, 32, False),
+        ("densecl", "cifar_resnet32", None, 32, False),
         ("densecl", "resnet18", False, 64, False),  # 2x2
         ("dscl", "resnet18", False, 32, False),  # no map needed
     ],

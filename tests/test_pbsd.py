@@ -128,7 +128,7 @@ def test_cut_crops_equal_crop_then_resize():
         # 3x3 conv with padding 2 makes the input 34 px, so the map is 5x5)
         ("resnet18", {}, 5),
         ("resnet18", {"small_image_stem": False}, 1),
-        ("resnet32", {}, 8),
+        ("cifar_resnet32", {}, 8),
         ("vit_tiny", {"img_size": 32, "patch_size": 8, "dynamic_img_size": True}, 4),
     ],
 )
@@ -146,7 +146,7 @@ def test_pbsd_weight_zero_trains_like_dscl(make_cfg):
         "checkpoint.enabled": False,
         "limit_train_batches": 2,
         "limit_val_batches": 0,
-        "backbone": {"name": "resnet32"},  # the same backbone for both
+        "backbone": {"name": "cifar_resnet32"},  # the same backbone for both
     }
     dscl = run(make_cfg("dscl", **common))["metrics"]
     # patches cut on the device: the loader gives both runs the same crops (PBSD's own views

@@ -45,11 +45,12 @@ if HOST == "solo":
     from solo.utils.misc import gather, omegaconf_select
     from solo.utils.momentum import initialize_momentum_params
 
-    from solo_ext.modules.resnet_cifar import resnet32
+    from solo_ext.modules.resnet_cifar import cifar_resnet32
     from solo_ext.modules.stem import add_stem_option
 
     BACKBONES = BaseMethod._BACKBONES
-    BACKBONES.setdefault("resnet32", resnet32)  # CIFAR-LT's backbone, beside solo-learn's own
+    # CIFAR-LT's backbone, beside solo-learn's own
+    BACKBONES.setdefault("cifar_resnet32", cifar_resnet32)
     add_stem_option(BACKBONES)  # backbone.kwargs.small_image_stem, in every script
 else:
     from solo_ext.host.standalone import (

@@ -47,7 +47,7 @@ def require_spatial_map(cfg: DictConfig) -> None:
             f"backbone.name={cfg.backbone.name!r} on data.dataset={cfg.data.dataset!r} at "
             f"crop_size={crop}: its last feature map is 1x1, so method={cfg.method!r} has no "
             "locations to work on; use a larger crop or a small-image stem "
-            "(backbone.kwargs.small_image_stem=true, resnet32)"
+            "(backbone.kwargs.small_image_stem=true, cifar_resnet32)"
         )
 
 

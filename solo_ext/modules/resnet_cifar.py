@@ -36,12 +36,11 @@ class _Block(nn.Module):
 class CifarResNet(nn.Module):
     """Headless CIFAR ResNet-(6n+2): forward returns pooled features [B, 64].
 
-    ``inplanes`` is the feature dimension and ``fc`` the (identity) head, the attributes
-    solo-learn's ``BaseMethod`` reads on ResNets. Its stem is already the small-image one, so
-    the ImageNet-stem replacement solo-learn applies to CIFAR ResNets is ignored.
+    ``num_features`` (and ``inplanes``, which solo-learn's linear model reads first) is the
+    feature dimension and ``fc`` the (identity) head. Its stem is already the small-image one;
+    it is registered as ``cifar_resnet32``, a name solo-learn does not take for a torchvision
+    ResNet (it swaps the stem of every ``resnet*`` backbone on CIFAR).
     """
-
-    _STEM = ("conv1", "maxpool")
 
     def __init__(self, depth: int = 32, zero_init_residual: bool = False):
         super().__init__()
@@ -59,7 +58,7 @@ class CifarResNet(nn.Module):
                 planes = width
             blocks.append(nn.Sequential(*layers))
         self.layer1, self.layer2, self.layer3 = blocks
-        self.inplanes = planes
+        self.inplanes = self.num_features = planes
         self.fc = nn.Identity()
         for m in self.modules():
             if isinstance(m, nn.Conv2d):
@@ -68,12 +67,6 @@ class CifarResNet(nn.Module):
             for m in self.modules():
                 if isinstance(m, _Block):
                     nn.init.zeros_(m.bn2.weight)
-        self._built = True
-
-    def __setattr__(self, name: str, value) -> None:
-        if name in self._STEM and getattr(self, "_built", False):
-            return  # keep the small-image stem (see class docstring)
-        super().__setattr__(name, value)
 
     def forward_features(self, x: torch.Tensor) -> torch.Tensor:
         """The last feature map [B, 64, H/4, W/4]."""
@@ -84,5 +77,5 @@ class CifarResNet(nn.Module):
         return self.fc(torch.flatten(F.adaptive_avg_pool2d(self.forward_features(x), 1), 1))
 
 
-def resnet32(method: str = "", **kwargs) -> CifarResNet:
+def cifar_resnet32(method: str = "", **kwargs) -> CifarResNet:
     return CifarResNet(32, **kwargs)

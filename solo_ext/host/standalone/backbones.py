@@ -13,7 +13,7 @@ import torchvision
 from torch import nn
 
 from solo_ext.data.facts import facts
-from solo_ext.modules.resnet_cifar import resnet32
+from solo_ext.modules.resnet_cifar import cifar_resnet32
 from solo_ext.modules.stem import OPTION, set_small_image_stem
 
 
@@ -41,7 +41,7 @@ vit_small = _vit("vit_small_patch16_224")
 BACKBONES: dict[str, Callable[..., nn.Module]] = {
     "resnet18": resnet18,
     "resnet50": resnet50,
-    "resnet32": resnet32,
+    "cifar_resnet32": cifar_resnet32,
     "vit_tiny": vit_tiny,
     "vit_small": vit_small,
 }
