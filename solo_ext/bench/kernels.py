@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from solo_ext.losses.all4one import all4one_objective
 from solo_ext.losses.densecl import infonce
 from solo_ext.losses.dscl import dscl_loss
-from solo_ext.modules.centroid_transformer import CentroidTransformer, upstream_encoding
+from solo_ext.modules.centroid_transformer import CentroidTransformer
 
 SIZES = {
     "official": {
@@ -67,10 +67,12 @@ def _unit(*shape: int, device: torch.device, grad: bool = False) -> torch.Tensor
 # ---- DSCL ---------------------------------------------------------------------------------
 
 
-def dscl_straightforward(q, k, queue, labels, queue_labels, alpha: float, t: float):
-    """DSCL as the SupContrast-style official code computes it: float masks [B, N] over the
-    contrast set [queries, keys, queue], the max-subtracted logits, exp * mask, and the
-    positives' log-probabilities through the mask."""
+def dscl_straightforward(q, k, queue, labels, queue_labels, beta: float, t: float):
+    """DSCL as the official code computes it (SupContrast style, in its ``beta`` form): float
+    masks [B, N] over the contrast set [queries, keys, queue], the max-subtracted logits,
+    exp * mask; the augmented view weighs 1 and the other positives beta / |P_i| each, then
+    the weighted mean of the log-probabilities. Written apart from solo-ext's loss, which takes
+    alpha = 1 / (1 + beta)."""
     b = q.size(0)
     contrast = torch.cat([q, k, queue])
     col_labels = torch.cat([labels, labels, queue_labels])
@@ -82,17 +84,12 @@ def dscl_straightforward(q, k, queue, labels, queue_labels, alpha: float, t: flo
     aug = torch.zeros(b, n, device=q.device)
     aug[rows, b + rows] = 1
     other = same - aug
+    mask = aug + beta * other / other.sum(dim=1, keepdim=True).clamp(min=1)
     logits = q @ contrast.T / t
     logits = logits - logits.max(dim=1, keepdim=True).values.detach()
     exp_logits = torch.exp(logits) * logits_mask
     log_prob = logits - torch.log(exp_logits.sum(dim=1, keepdim=True))
-    n_other = other.sum(dim=1)
-    weight = torch.where(n_other > 0, torch.full_like(n_other, alpha), torch.ones_like(n_other))
-    per_anchor = -(
-        weight * (aug * log_prob).sum(dim=1)
-        + (1 - weight) * (other * log_prob).sum(dim=1) / n_other.clamp(min=1)
-    )
-    return per_anchor.mean()
+    return -((mask * log_prob).sum(dim=1) / mask.sum(dim=1)).mean()
 
 
 def floor_loss(q: torch.Tensor, contrast: torch.Tensor, t: float) -> torch.Tensor:
@@ -107,15 +104,22 @@ def dscl_kernel(size: dict, device: torch.device) -> Kernel:
     labels = torch.randint(0, classes, (b,), device=device)
     queue_labels = torch.randint(0, classes, (k,), device=device)
     contrast = torch.cat([q, key, queue]).detach()
-    alpha, t = 1 / 9, 0.07  # the official beta = 8
+    beta, t = 8.0, 0.07  # the official code's beta; alpha = 1 / (1 + beta)
 
     def ours():
         return dscl_loss(
-            q, key, queue, labels, queue_labels, alpha=alpha, temperature=t, num_classes=classes
+            q,
+            key,
+            queue,
+            labels,
+            queue_labels,
+            alpha=1 / (1 + beta),
+            temperature=t,
+            num_classes=classes,
         )
 
     def straightforward():
-        return dscl_straightforward(q, key, queue, labels, queue_labels, alpha, t)
+        return dscl_straightforward(q, key, queue, labels, queue_labels, beta, t)
 
     def floor():
         return floor_loss(q, contrast, t)
@@ -140,25 +144,22 @@ def densecl_kernel(size: dict, device: torch.device) -> Kernel:
     valid = torch.ones(k, dtype=torch.bool, device=device)
     t = 0.2
 
-    def matched() -> tuple[torch.Tensor, torch.Tensor]:
+    def ours():
         positives = torch.gather(k_dense, 2, match[:, None, :].expand(b, d, s))
         flat = q_dense.transpose(1, 2).reshape(b * s, d)
-        return flat, positives.transpose(1, 2).reshape(b * s, d)
+        return infonce(flat, positives.transpose(1, 2).reshape(b * s, d), queue, valid, t)
 
-    def ours():
-        flat, positives = matched()
-        return infonce(flat, positives, queue, valid, t)
-
-    def straightforward():  # the official code's einsums and concatenated logits
-        flat, positives = matched()
-        l_pos = torch.einsum("nc,nc->n", flat, positives)[:, None]
-        l_neg = torch.einsum("nc,ck->nk", flat, queue.T)
+    def straightforward():  # the official code: gather on [B, D, S], einsums, concatenated logits
+        indexed = torch.gather(k_dense, 2, match.unsqueeze(1).expand(-1, d, -1))
+        l_pos = (q_dense * indexed).sum(dim=1).reshape(-1, 1)
+        q_grid = q_dense.permute(0, 2, 1).reshape(-1, d)
+        l_neg = torch.einsum("nc,ck->nk", q_grid, queue.T)
         logits = torch.cat([l_pos, l_neg], dim=1) / t
         target = torch.zeros(logits.size(0), dtype=torch.long, device=device)
         return F.cross_entropy(logits, target)
 
     def floor():
-        return floor_loss(matched()[0], queue, t)
+        return floor_loss(q_dense.transpose(1, 2).reshape(b * s, d), queue, t)
 
     return Kernel(
         "densecl dense term",
@@ -174,6 +175,16 @@ def densecl_kernel(size: dict, device: torch.device) -> Kernel:
 def _off_diagonal(x: torch.Tensor) -> torch.Tensor:
     n = x.size(0)
     return x.flatten()[:-1].view(n - 1, n + 1)[:, 1:].flatten()
+
+
+def published_positions(length: int, dim: int) -> torch.Tensor:
+    """The published code's positions, [length, dim]: a 1-D sinusoidal encoding over ``dim``
+    positions with ``length`` channels (sin and cos interleaved), read channel-first."""
+    channels = 2 * ((length + 1) // 2)
+    inv_freq = 1.0 / (10000 ** (torch.arange(0, channels, 2).float() / channels))
+    sin_inp = torch.einsum("i,j->ij", torch.arange(dim).float(), inv_freq)
+    emb = torch.cat([sin_inp.sin()[..., None], sin_inp.cos()[..., None]], dim=-1)
+    return emb.reshape(dim, channels)[:, :length].permute(1, 0)
 
 
 def all4one_straightforward(p, c, proj, mz, queue, encoder, pos, knn: int, t: float, tc: float):
@@ -211,7 +222,7 @@ def all4one_kernel(size: dict, device: torch.device) -> Kernel:
         d, num_heads=heads, dropout=size.get("dropout", 0.1), pos_len=knn, pos_encoding="upstream"
     )
     transformer = transformer.to(device)
-    pos = upstream_encoding(knn, d).to(device)
+    pos = published_positions(knn, d).to(device)
     queue = _unit(k, d, device=device)
     mz = tuple(_unit(b, d, device=device) for _ in range(2))
     p, c, proj = (
