@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -72,12 +74,43 @@ def test_every_config_key_is_honoured():
     assert all(layer.linear1.out_features == 40 for layer in layers)
     assert all(layer.dropout.p == 0.3 for layer in layers)
     assert model.pos.shape == (7, 16)
-    torch.testing.assert_close(model.pos, sinusoidal_encoding(7, 16))
+    torch.testing.assert_close(model.pos, _vaswani(7, 16))
     assert CentroidTransformer(dim=16).encoder.layers[0].linear1.out_features == 32  # 2 x dim
     with pytest.raises(ValueError, match="pos_len=7"):
         model(torch.randn(1, 8, 16))
     with pytest.raises(ValueError, match="num_heads=3"):
         CentroidTransformer(dim=16, num_heads=3)
+
+
+def _vaswani(length: int, dim: int) -> torch.Tensor:
+    """Position p, coordinates 2i and 2i + 1: sin and cos of p / 10000^(2i / dim)."""
+    enc = torch.zeros(length, dim)
+    for pos in range(length):
+        for i in range(dim // 2):
+            angle = pos / 10000 ** (2 * i / dim)
+            enc[pos, 2 * i], enc[pos, 2 * i + 1] = math.sin(angle), math.cos(angle)
+    return enc
+
+
+def _published_layout(length: int, dim: int) -> torch.Tensor:
+    """The All4One code's encoding of a [tokens, dim] sequence: a 1-D encoding whose positions
+    are the ``dim`` coordinates and whose channels are the tokens (sin, cos interleaved, over an
+    even channel count)."""
+    channels = 2 * math.ceil(length / 2)
+    enc = torch.zeros(length, dim)
+    for token in range(length):
+        i = token // 2
+        for coord in range(dim):
+            angle = coord / 10000 ** (2 * i / channels)
+            enc[token, coord] = math.sin(angle) if token % 2 == 0 else math.cos(angle)
+    return enc
+
+
+@pytest.mark.parametrize("length", [5, 4])
+def test_the_upstream_layout_is_the_published_one(length):
+    model = CentroidTransformer(dim=16, num_heads=4, pos_len=length, pos_encoding="upstream")
+    torch.testing.assert_close(model.pos, _published_layout(length, 16))
+    assert not torch.allclose(model.pos, _vaswani(length, 16))
 
 
 def test_sinusoidal_encoding_values():
