@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from numbers import Integral, Real
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from solo_ext.common import did_you_mean
 from solo_ext.data.facts import SOLO_SMALL_STEM, facts
@@ -82,6 +84,114 @@ def check_range(
         raise ConfigError(
             f"{key}={value!r}: must be a number {' and '.join(filter(None, [lo, hi]))}"
         )
+
+
+@dataclass(frozen=True)
+class Option:
+    """One config key, declared: its default, its kind and its bounds. A method declares its
+    ``method_kwargs`` as ``{key: Option}``; both hosts and every entry point fill and check the
+    section from that one table (``fill_options`` / ``check_options``).
+
+    ``kind``: ``"int"``, ``"float"``, ``"bool"``, ``"str"`` (one of ``choices``) or ``"pair"``
+    (``[low, high]``, both inside the bounds). A number kind may also take one of ``choices``
+    (DSCL's ``alpha: scl``). ``nullable``: None is a valid value (a default decided later).
+    """
+
+    default: Any
+    kind: str
+    low: float | None = None
+    high: float | None = None
+    low_open: bool = False
+    high_open: bool = False
+    choices: tuple[str, ...] = ()
+    nullable: bool = False
+
+    def bounds(self) -> str:
+        lo = "" if self.low is None else (f"> {self.low}" if self.low_open else f">= {self.low}")
+        hi = (
+            "" if self.high is None else (f"< {self.high}" if self.high_open else f"<= {self.high}")
+        )
+        return " and ".join(filter(None, [lo, hi]))
+
+    def describe(self) -> str:
+        """What a valid value is, in words (the end of the one-line error)."""
+        if self.kind == "bool":
+            text = "true or false"
+        elif self.kind == "str":
+            text = f"one of {sorted(self.choices)}"
+        else:
+            noun = {
+                "int": "an integer",
+                "float": "a number",
+                "pair": "[low, high] with low <= high, each",
+            }
+            text = " ".join(filter(None, [noun[self.kind], self.bounds()]))
+            if self.choices:
+                text += f" or one of {sorted(self.choices)}"
+        return text + (" (or null)" if self.nullable else "")
+
+    def _number_inside(self, value: Any, integer: bool = False) -> bool:
+        if isinstance(value, bool) or not isinstance(value, Integral if integer else Real):
+            return False
+        if self.low is not None and (value <= self.low if self.low_open else value < self.low):
+            return False
+        return self.high is None or (value < self.high if self.high_open else value <= self.high)
+
+    def valid(self, value: Any) -> bool:
+        if value is None:
+            return self.nullable
+        if self.kind == "bool":
+            return isinstance(value, bool)
+        if isinstance(value, str) and value in self.choices:
+            return True
+        if self.kind == "pair":
+            if not isinstance(value, (list, tuple, ListConfig)) or len(value) != 2:
+                return False
+            low, high = value
+            return self._number_inside(low) and self._number_inside(high) and low <= high
+        return self.kind != "str" and self._number_inside(value, integer=self.kind == "int")
+
+    def check(self, key: str, value: Any) -> None:
+        if not self.valid(value):
+            shown = list(value) if isinstance(value, ListConfig) else value
+            hint = did_you_mean(value, self.choices) if isinstance(value, str) else ""
+            raise ConfigError(f"{key}={shown!r}: must be {self.describe()}{hint}")
+
+    def invalid_examples(self) -> list[Any]:
+        """Values just outside this option (the bad-input tests try each)."""
+        if self.kind == "bool":
+            return ["yes", 1]
+        if self.kind == "str":
+            return [f"{self.choices[0]}_typo"]
+        below = None if self.low is None else (self.low if self.low_open else self.low - 1)
+        above = None if self.high is None else (self.high if self.high_open else self.high + 1)
+        outside = [v for v in (below, above) if v is not None]
+        word = f"{self.choices[0]}_typo" if self.choices else "many"
+        if self.kind == "pair":
+            low = 0.0 if self.low is None else self.low
+            a, b = (
+                (low + (self.high - low) / 4, low + 3 * (self.high - low) / 4)
+                if self.high is not None
+                else (low + 0.5, low + 2.0)
+            )
+            out = [word, [a], [b, a]] + [[v, b] if v == below else [a, v] for v in outside]
+        else:
+            out = [word, *outside]
+            if self.kind == "int":
+                out.append((self.low or 0) + 1.5)
+        return [v for v in out if not self.valid(v)]  # (null in a config means the default)
+
+
+def fill_options(cfg: DictConfig, section: str, options: Mapping[str, Option]) -> DictConfig:
+    """``fill_section`` with the options' defaults (unknown keys rejected)."""
+    return fill_section(cfg, section, {key: option.default for key, option in options.items()})
+
+
+def check_options(cfg: DictConfig, section: str, options: Mapping[str, Option]) -> None:
+    """Every key of ``cfg.<section>`` against its option: one line naming key and value."""
+    values = OmegaConf.select(cfg, section)
+    for key, option in options.items():
+        option.check(f"{section}.{key}", values.get(key))
 
 
 def world_size(cfg: DictConfig) -> int:

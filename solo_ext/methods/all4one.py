@@ -33,7 +33,7 @@ import torch
 import torch.nn.functional as F
 from omegaconf import DictConfig
 
-from solo_ext.config import ConfigError, check_bool, check_choice, check_range
+from solo_ext.config import ConfigError, Option
 from solo_ext.host import gather
 from solo_ext.losses.all4one import All4OneTerms, all4one_objective
 from solo_ext.methods.base import MomentumQueueMethod
@@ -43,25 +43,25 @@ from solo_ext.modules.support_set import Neighbours, SupportSet
 
 
 class All4OneCT(MomentumQueueMethod):
-    METHOD_KWARGS: dict[str, Any] = {
-        "proj_hidden_dim": 2048,
-        "proj_output_dim": 256,
-        "pred_hidden_dim": 4096,
-        "temperature": 0.2,
-        "centroid_temperature": 0.1,
-        "queue_size": 98304,
-        "k": 5,
-        "num_layers": 3,
-        "num_heads": 8,
-        "ff_dim": None,
-        "dropout": 0.1,
-        "pos_len": None,
-        "pos_encoding": "upstream",
-        "sigma": 0.5,
-        "kappa": 0.5,
-        "eta": 5.0,
-        "transformer_lr": 0.1,
-        "feature_gather": False,
+    METHOD_KWARGS: dict[str, Option] = {
+        "proj_hidden_dim": Option(2048, "int", 1),
+        "proj_output_dim": Option(256, "int", 1),
+        "pred_hidden_dim": Option(4096, "int", 1),
+        "temperature": Option(0.2, "float", 0, low_open=True),
+        "centroid_temperature": Option(0.1, "float", 0, low_open=True),
+        "queue_size": Option(98304, "int", 1),
+        "k": Option(5, "int", 1),
+        "num_layers": Option(3, "int", 1),
+        "num_heads": Option(8, "int", 1),
+        "ff_dim": Option(None, "int", 1, nullable=True),
+        "dropout": Option(0.1, "float", 0, 1, high_open=True),
+        "pos_len": Option(None, "int", 1, nullable=True),
+        "pos_encoding": Option("upstream", "str", choices=tuple(POSITIONAL_ENCODINGS)),
+        "sigma": Option(0.5, "float", 0),
+        "kappa": Option(0.5, "float", 0),
+        "eta": Option(5.0, "float", 0),
+        "transformer_lr": Option(0.1, "float", 0, low_open=True),
+        "feature_gather": Option(False, "bool"),
     }
 
     def __init__(self, cfg: DictConfig):
@@ -99,20 +99,14 @@ class All4OneCT(MomentumQueueMethod):
     def check_method_kwargs(cls, cfg: DictConfig) -> None:
         super().check_method_kwargs(cfg)
         kw = cfg.method_kwargs
-        check_range("method_kwargs.centroid_temperature", kw.centroid_temperature, 0, low_open=True)
-        for key in ("pred_hidden_dim", "num_layers", "num_heads"):
-            check_range(f"method_kwargs.{key}", kw[key], 1)
-        check_range("method_kwargs.k", kw.k, 1, kw.queue_size)
-        if kw.pos_len is not None:
-            check_range("method_kwargs.pos_len", kw.pos_len, kw.k)
-        if kw.ff_dim is not None:
-            check_range("method_kwargs.ff_dim", kw.ff_dim, 1)
-        check_range("method_kwargs.dropout", kw.dropout, 0, 1, high_open=True)
-        check_choice("method_kwargs.pos_encoding", kw.pos_encoding, POSITIONAL_ENCODINGS)
-        for key in ("sigma", "kappa", "eta"):
-            check_range(f"method_kwargs.{key}", kw[key], 0)
-        check_range("method_kwargs.transformer_lr", kw.transformer_lr, 0, low_open=True)
-        check_bool("method_kwargs.feature_gather", kw.feature_gather)
+        if kw.k > kw.queue_size:
+            raise ConfigError(
+                f"method_kwargs.k={kw.k}: must be <= method_kwargs.queue_size={kw.queue_size}"
+            )
+        if kw.pos_len is not None and kw.pos_len < kw.k:
+            raise ConfigError(
+                f"method_kwargs.pos_len={kw.pos_len}: must be >= method_kwargs.k={kw.k}"
+            )
         if kw.proj_output_dim % kw.num_heads:
             raise ConfigError(
                 f"method_kwargs.num_heads={kw.num_heads}: must divide "

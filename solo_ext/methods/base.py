@@ -1,8 +1,9 @@
 """What solo-ext's MoCo-style methods share: config handling, the projector and its momentum copy,
 queues written after the backward pass, and the long-tail online kNN.
 
-Subclasses set ``METHOD_KWARGS`` (every ``method_kwargs`` key with its default; unknown keys
-are rejected) and extend ``check_method_kwargs``; they stay thin.
+Subclasses declare ``METHOD_KWARGS`` (every ``method_kwargs`` key as an ``Option``: default,
+kind, bounds; unknown keys are rejected) and extend ``check_method_kwargs`` only for checks
+across keys; they stay thin.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from omegaconf import DictConfig
 
-from solo_ext.config import ConfigError, check_range, fill_section, world_size
+from solo_ext.config import ConfigError, Option, check_options, fill_options, world_size
 from solo_ext.data.facts import FEW_THRESHOLD, MANY_THRESHOLD
 from solo_ext.eval.knn_classifier import LongTailKNN
 from solo_ext.host import (
@@ -69,11 +70,11 @@ def long_tail_knn(cfg: DictConfig) -> LongTailKNN | None:
 class MomentumQueueMethod(BaseMomentumMethod):
     """Projector + momentum projector (``z`` in the outputs) and a queue of keys."""
 
-    METHOD_KWARGS: dict[str, Any] = {
-        "proj_hidden_dim": 2048,
-        "proj_output_dim": 128,
-        "temperature": 0.07,
-        "queue_size": 65536,
+    METHOD_KWARGS: dict[str, Option] = {
+        "proj_hidden_dim": Option(2048, "int", 1),
+        "proj_output_dim": Option(128, "int", 1),
+        "temperature": Option(0.07, "float", 0, low_open=True),
+        "queue_size": Option(65536, "int", 1),
     }
 
     def __init__(self, cfg: DictConfig):
@@ -97,12 +98,14 @@ class MomentumQueueMethod(BaseMomentumMethod):
         return LabeledQueue(kw.queue_size, kw.proj_output_dim)
 
     @classmethod
+    def fill_method_kwargs(cls, cfg: DictConfig) -> None:
+        """Defaults that depend on other keys (after ``METHOD_KWARGS``'s); subclasses add theirs."""
+
+    @classmethod
     def check_method_kwargs(cls, cfg: DictConfig) -> None:
-        """Range checks of the keys of ``METHOD_KWARGS``; subclasses add theirs."""
+        """The checks that involve more than one key (each key alone is checked against its
+        ``Option``); subclasses add theirs. Checks only: nothing is changed here."""
         kw = cfg.method_kwargs
-        check_range("method_kwargs.temperature", kw.temperature, 0, low_open=True)
-        for key in ("proj_hidden_dim", "proj_output_dim", "queue_size"):
-            check_range(f"method_kwargs.{key}", kw[key], 1)
         gathered = cfg.optimizer.batch_size * world_size(cfg)
         if kw.queue_size < gathered:
             raise ConfigError(
@@ -112,16 +115,19 @@ class MomentumQueueMethod(BaseMomentumMethod):
 
     @classmethod
     def add_and_assert_specific_cfg(cls, cfg: DictConfig) -> DictConfig:
-        """Parent defaults first, then this class's ``METHOD_KWARGS`` (unknown keys rejected).
+        """Parent defaults first, then this class's ``METHOD_KWARGS``: unknown keys rejected,
+        defaults filled, each key checked against its option, then the checks across keys.
 
-        A classmethod, so that a subclass only extends ``METHOD_KWARGS`` and
-        ``check_method_kwargs``.
+        A classmethod, so that a subclass only extends ``METHOD_KWARGS`` (and, where keys
+        depend on each other, ``fill_method_kwargs`` / ``check_method_kwargs``).
         """
         for section in ("momentum", "method_kwargs"):  # solo-learn's base expects them to exist
             if cfg.get(section) is None:
                 cfg[section] = {}
         cfg = super().add_and_assert_specific_cfg(cfg)
-        fill_section(cfg, "method_kwargs", cls.METHOD_KWARGS)
+        fill_options(cfg, "method_kwargs", cls.METHOD_KWARGS)
+        cls.fill_method_kwargs(cfg)
+        check_options(cfg, "method_kwargs", cls.METHOD_KWARGS)
         cls.check_method_kwargs(cfg)
         return cfg
 

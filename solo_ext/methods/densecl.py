@@ -30,7 +30,7 @@ import torch
 import torch.nn.functional as F
 from omegaconf import DictConfig
 
-from solo_ext.config import check_bool, check_range
+from solo_ext.config import Option
 from solo_ext.host import gather, initialize_momentum_params
 from solo_ext.losses.densecl import dense_correspondence, densecl_loss, infonce
 from solo_ext.methods.base import MomentumQueueMethod, require_spatial_map
@@ -38,13 +38,13 @@ from solo_ext.modules.queue import KeyQueue
 
 
 class DenseCL(MomentumQueueMethod):
-    METHOD_KWARGS: dict[str, Any] = {
+    METHOD_KWARGS: dict[str, Option] = {
         **MomentumQueueMethod.METHOD_KWARGS,
-        "temperature": 0.2,
-        "lambda": 0.5,
-        "warmup_steps": 0,
-        "grid_size": None,
-        "symmetric": False,
+        "temperature": Option(0.2, "float", 0, low_open=True),
+        "lambda": Option(0.5, "float", 0, 1),
+        "warmup_steps": Option(0, "int", 0),
+        "grid_size": Option(None, "int", 1, nullable=True),
+        "symmetric": Option(False, "bool"),
     }
 
     def __init__(self, cfg: DictConfig):
@@ -70,12 +70,6 @@ class DenseCL(MomentumQueueMethod):
     def check_method_kwargs(cls, cfg: DictConfig) -> None:
         super().check_method_kwargs(cfg)
         require_spatial_map(cfg)
-        kw = cfg.method_kwargs
-        check_range("method_kwargs.lambda", kw["lambda"], 0, 1)
-        check_range("method_kwargs.warmup_steps", kw.warmup_steps, 0)
-        check_bool("method_kwargs.symmetric", kw.symmetric)
-        if kw.grid_size is not None:
-            check_range("method_kwargs.grid_size", kw.grid_size, 1)
 
     @property
     def learnable_params(self) -> list[dict[str, Any]]:

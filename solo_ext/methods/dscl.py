@@ -11,13 +11,11 @@ Extra config (``method_kwargs``, besides those of ``scl``):
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 from omegaconf import DictConfig
 
-from solo_ext.config import ConfigError
-from solo_ext.losses.dscl import dscl_loss, resolve_alpha
+from solo_ext.config import ConfigError, Option
+from solo_ext.losses.dscl import dscl_loss
 from solo_ext.methods.scl import SCL
 from solo_ext.modules import LabeledQueue
 
@@ -26,18 +24,28 @@ OFFICIAL_BETA = 8.0
 
 class DSCL(SCL):
     LOSS_NAME = "dscl"
-    METHOD_KWARGS: dict[str, Any] = {**SCL.METHOD_KWARGS, "alpha": None, "beta": None}
+    METHOD_KWARGS: dict[str, Option] = {
+        **SCL.METHOD_KWARGS,
+        "alpha": Option(None, "float", 0, 1, choices=("scl",), nullable=True),
+        "beta": Option(None, "float", 0, nullable=True),
+    }
+
+    @classmethod
+    def fill_method_kwargs(cls, cfg: DictConfig) -> None:
+        super().fill_method_kwargs(cfg)
+        kw = cfg.method_kwargs
+        if kw.alpha is None and kw.beta is None:
+            kw.beta = OFFICIAL_BETA
 
     @classmethod
     def check_method_kwargs(cls, cfg: DictConfig) -> None:
         super().check_method_kwargs(cfg)
         kw = cfg.method_kwargs
-        if kw.alpha is None and kw.beta is None:
-            kw.beta = OFFICIAL_BETA
-        try:
-            resolve_alpha(kw.alpha, kw.beta)
-        except ValueError as err:
-            raise ConfigError(f"method_kwargs.{err}") from None
+        if kw.alpha is not None and kw.beta is not None:
+            raise ConfigError(
+                f"method_kwargs.alpha={kw.alpha!r}, method_kwargs.beta={kw.beta!r}: give one of "
+                "the two, not both"
+            )
 
     def contrastive_loss(
         self, q: torch.Tensor, k: torch.Tensor, labels: torch.Tensor, queue: LabeledQueue

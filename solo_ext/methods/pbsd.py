@@ -39,7 +39,7 @@ import torch.nn.functional as F
 from lightning.pytorch.utilities import rank_zero_info
 from omegaconf import DictConfig
 
-from solo_ext.config import ConfigError, check_choice, check_range, select
+from solo_ext.config import ConfigError, Option, select
 from solo_ext.data.pbsd_views import PBSDViews
 from solo_ext.data.transforms import crops_of, flip_prob, normalize
 from solo_ext.losses.pbsd import pbsd_loss
@@ -69,31 +69,21 @@ def device_patch_augment(dataset: str, query: DictConfig) -> DevicePatchAugment:
 
 
 class PBSD(DSCL):
-    METHOD_KWARGS: dict[str, Any] = {
-        **DSCL.METHOD_KWARGS,
-        "pbsd_weight": 1.5,
-        "num_boxes": 5,
-        "box_scale": [0.05, 0.6],
-        "box_ratio": [0.75, 4 / 3],
-        "box_crop_size": None,
-        "patch_source": "loader",
-    }
     PATCH_SOURCES = ("loader", "device")
+    METHOD_KWARGS: dict[str, Option] = {
+        **DSCL.METHOD_KWARGS,
+        "pbsd_weight": Option(1.5, "float", 0),
+        "num_boxes": Option(5, "int", 1),
+        "box_scale": Option([0.05, 0.6], "pair", 0, 1, low_open=True),
+        "box_ratio": Option([0.75, 4 / 3], "pair", 0, low_open=True),
+        "box_crop_size": Option(None, "int", 8, nullable=True),
+        "patch_source": Option("loader", "str", choices=PATCH_SOURCES),
+    }
 
     @classmethod
     def check_method_kwargs(cls, cfg: DictConfig) -> None:
         super().check_method_kwargs(cfg)
         kw = cfg.method_kwargs
-        check_range("method_kwargs.pbsd_weight", kw.pbsd_weight, 0)
-        check_range("method_kwargs.num_boxes", kw.num_boxes, 1)
-        for key, low, high in (("box_scale", 0, 1), ("box_ratio", 0, None)):
-            value = list(kw[key])
-            if len(value) != 2 or value[0] > value[1]:
-                raise ConfigError(f"method_kwargs.{key}={value}: must be [low, high]")
-            for v in value:
-                check_range(f"method_kwargs.{key}", v, low, high, low_open=True)
-        if kw.box_crop_size is not None:
-            check_range("method_kwargs.box_crop_size", kw.box_crop_size, 8)
         kwargs = cfg.backbone.get("kwargs") or {}
         if str(cfg.backbone.name).startswith("vit") and not kwargs.get("dynamic_img_size"):
             raise ConfigError(
@@ -101,7 +91,6 @@ class PBSD(DSCL):
                 ": pbsd feeds smaller crops to the ViT; set it to true"
             )
         require_spatial_map(cfg)
-        check_choice("method_kwargs.patch_source", kw.patch_source, cls.PATCH_SOURCES)
         crops = crops_of(cfg.augmentations)
         if kw.patch_source == "loader" and len(crops) != 2:
             raise ConfigError(

@@ -24,7 +24,7 @@ from typing import Any
 import torch
 from omegaconf import DictConfig
 
-from solo_ext.config import check_bool
+from solo_ext.config import Option
 from solo_ext.host import gather
 from solo_ext.losses.scl import scl_loss
 from solo_ext.methods.base import MomentumQueueMethod
@@ -33,17 +33,15 @@ from solo_ext.modules import LabeledQueue
 
 class SCL(MomentumQueueMethod):
     LOSS_NAME = "scl"  # logged as train_<LOSS_NAME>_loss
-    METHOD_KWARGS: dict[str, Any] = {**MomentumQueueMethod.METHOD_KWARGS, "symmetric": False}
+    METHOD_KWARGS: dict[str, Option] = {
+        **MomentumQueueMethod.METHOD_KWARGS,
+        "symmetric": Option(False, "bool"),
+    }
 
     def __init__(self, cfg: DictConfig):
         super().__init__(cfg)
         # self.queue holds the second view's keys; with symmetric, a queue of the first view's
         self.queue_view1 = self.build_queue(cfg.method_kwargs) if self.symmetric else None
-
-    @classmethod
-    def check_method_kwargs(cls, cfg: DictConfig) -> None:
-        super().check_method_kwargs(cfg)
-        check_bool("method_kwargs.symmetric", cfg.method_kwargs.symmetric)
 
     @property
     def symmetric(self) -> bool:
