@@ -10,10 +10,13 @@ import string
 from pathlib import Path
 
 import lightning.pytorch as pl
+import torch
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from omegaconf import DictConfig, OmegaConf
+from torch import nn
 
 from solo_ext.common import atomic_write_text
+from solo_ext.config import ConfigError
 
 
 def new_run_id(logdir: str | Path) -> str:
@@ -63,3 +66,36 @@ def find_checkpoint(run_dir: str | Path) -> Path:
     if not ckpts:
         raise FileNotFoundError(f"pretrained_checkpoint_dir={str(run_dir)!r}: no .ckpt file")
     return ckpts[-1]
+
+
+def read_checkpoint(key: str, path: str | Path, training: bool = False) -> dict:
+    """The checkpoint file that ``key`` names, read without its tensors' bytes (memory-mapped);
+    a missing, truncated or foreign file, or (``training``) one without the training state to
+    resume from, stops in one line naming the key and the file."""
+    where = f"{key}={str(path)!r}"
+    if not Path(path).is_file():
+        raise ConfigError(f"{where}: no such file")
+    try:
+        ckpt = torch.load(path, map_location="cpu", mmap=True, weights_only=False)
+    except Exception as err:  # torch's reader, the unpickler: every way a file is not one
+        reason = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        raise ConfigError(f"{where}: not a readable checkpoint ({reason})") from None
+    if not isinstance(ckpt, dict):
+        raise ConfigError(f"{where}: not a checkpoint (holds a {type(ckpt).__name__})")
+    if training and not {"state_dict", "loops", "optimizer_states"} <= set(ckpt):
+        raise ConfigError(f"{where}: not a training checkpoint (no optimizer or loop state)")
+    return ckpt
+
+
+def check_fits(key: str, path: str | Path, ckpt: dict, model: nn.Module, what: str) -> None:
+    """The checkpoint's weights are those of ``model``: same names, same shapes."""
+    want = {k: tuple(v.shape) for k, v in model.state_dict().items()}
+    got = {k: tuple(v.shape) for k, v in ckpt.get("state_dict", ckpt).items()}
+    missing, unexpected = sorted(set(want) - set(got)), sorted(set(got) - set(want))
+    resized = sorted(k for k in set(want) & set(got) if want[k] != got[k])
+    if missing or unexpected or resized:
+        example = (missing or unexpected or resized)[0]
+        raise ConfigError(
+            f"{key}={str(path)!r}: does not fit {what} ({len(missing)} missing, "
+            f"{len(unexpected)} unexpected, {len(resized)} resized weights, e.g. {example!r})"
+        )

@@ -19,7 +19,7 @@ from lightning.pytorch.loggers import CSVLogger
 from omegaconf import DictConfig, OmegaConf
 from torch.utils.data import DataLoader
 
-from solo_ext.checkpoint import checkpoint_callbacks, new_run_id
+from solo_ext.checkpoint import check_fits, checkpoint_callbacks, new_run_id, read_checkpoint
 from solo_ext.cli import hydra_entry
 from solo_ext.common import did_you_mean
 from solo_ext.config import (
@@ -222,6 +222,11 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     else:
         run_id = new_run_id(logdir)
         run_dir = logdir / run_id
+    if ckpt_path is not None:  # before anything is written: a bad file stops here
+        key = "resume_from_checkpoint" if found is None else "auto_resume"
+        ckpt = read_checkpoint(key, ckpt_path, training=True)
+        check_fits(key, ckpt_path, ckpt, model, f"method={cfg.method!r}")
+        del ckpt
     callbacks: list[Any] = [EpochSeed(cfg.seed, train_loader.sampler, train_loader.generator)]
     if cfg.checkpoint.enabled:
         callbacks += checkpoint_callbacks(cfg, run_dir, run_id)

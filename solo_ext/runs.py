@@ -8,11 +8,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import torch
 from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
-from solo_ext.checkpoint import find_checkpoint
+from solo_ext.checkpoint import find_checkpoint, read_checkpoint
 from solo_ext.config import ConfigError
 from solo_ext.data.datasets import check_data_cfg
 from solo_ext.host import build_backbone
@@ -29,11 +28,13 @@ def load_run(
         raise FileNotFoundError(f"pretrained_checkpoint_dir={str(run_dir)!r}: no args.json")
     with open(args_path) as f:
         cfg = OmegaConf.create(json.load(f))
+    ckpt_given = ckpt_path is not None
     ckpt_path = find_checkpoint(run_dir) if ckpt_path is None else Path(ckpt_path)
     backbone = build_backbone(
         cfg.backbone.name, cfg.method, cfg.data.dataset, cfg.backbone.get("kwargs") or {}
     )
-    state = torch.load(ckpt_path, map_location="cpu", weights_only=False)
+    key = "pretrained_feature_extractor" if ckpt_given else "pretrained_checkpoint_dir"
+    state = read_checkpoint(key, ckpt_path)
     state = state.get("state_dict", state)
     weights = {k[len("backbone.") :]: v for k, v in state.items() if k.startswith("backbone.")}
     if not weights:

@@ -36,6 +36,27 @@ def _split_file(root: Path) -> dict:
     return {"data.dataset": "imagenet_lt", "data.train_path": str(root)}
 
 
+def _checkpoint(root: Path, kind: str) -> dict:
+    """A bad file for ``resume_from_checkpoint``: truncated, not a checkpoint, weights only, or
+    a training checkpoint of other weights."""
+    import torch
+
+    path = root / f"{kind}.ckpt"
+    state = {"state_dict": {"backbone.conv1.weight": torch.zeros(2, 3, 1, 1)}}
+    training = {**state, "loops": {}, "optimizer_states": [], "epoch": 0}
+    if kind == "text":
+        path.write_text("not a checkpoint")
+    else:
+        torch.save(state if kind == "weights" else training, path)
+    if kind == "truncated":
+        path.write_bytes(path.read_bytes()[:-100])
+    return {"resume_from_checkpoint": str(path)}
+
+
+def _resume_case(kind: str, text: str) -> tuple:
+    return (f"resume from {kind}", "scl", lambda root: _checkpoint(root, kind), text)
+
+
 VIT = {"name": "vit_tiny", "kwargs": {"img_size": 32, "patch_size": 8}}
 
 # (id, method, overrides or a function of a scratch directory giving them, expected text)
@@ -103,6 +124,10 @@ CASES = [
         {"resume_from_checkpoint": "/nope/x.ckpt"},
         "resume_from_checkpoint='/nope/x.ckpt'",
     ),
+    _resume_case("truncated", "truncated.ckpt': not a readable checkpoint"),
+    _resume_case("text", "text.ckpt': not a readable checkpoint"),
+    _resume_case("weights", "weights.ckpt': not a training checkpoint"),
+    _resume_case("other", "other.ckpt': does not fit method='scl' ("),
     ("auto_resume hours", "scl", {"auto_resume.max_hours": 0}, "auto_resume.max_hours=0"),
     ("bad_images mode", "scl", {"data.bad_images": "ignore"}, "data.bad_images='ignore'"),
     ("heads not dividing", "all4one_ct", {"method_kwargs.num_heads": 3}, "num_heads=3"),
@@ -110,8 +135,11 @@ CASES = [
 ]
 
 
-def _listing(root: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(root)): p.read_bytes() for p in root.rglob("*") if p.is_file()}
+def _listing(root: Path) -> dict[str, bytes | None]:
+    """Every file (with its bytes) and every directory under ``root``."""
+    return {
+        str(p.relative_to(root)): p.read_bytes() if p.is_file() else None for p in root.rglob("*")
+    }
 
 
 def test_the_table_is_long_enough():
@@ -180,3 +208,19 @@ def test_unknown_top_level_key_warns(make_cfg):
         UserWarning, match="'max_epoch' is not used by solo-ext .did you mean 'max_epochs'"
     ):
         parse_cfg(make_cfg("scl", max_epoch=3))
+
+
+def test_evaluation_stops_at_a_truncated_checkpoint(trained_run, tmp_path):
+    import shutil
+
+    run_dir = tmp_path / trained_run.name
+    shutil.copytree(trained_run, run_dir)
+    (ckpt,) = run_dir.glob("*.ckpt")
+    ckpt.write_bytes(ckpt.read_bytes()[:4096])
+    before = _listing(run_dir)
+    with pytest.raises(ConfigError) as info:
+        knn.run(eval_cfg("knn", run_dir))
+    message = str(info.value)
+    assert message.startswith(f"pretrained_checkpoint_dir={str(ckpt)!r}: not a readable checkpoint")
+    assert "\n" not in message
+    assert _listing(run_dir) == before
