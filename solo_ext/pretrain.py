@@ -24,8 +24,8 @@ from solo_ext.cli import hydra_entry
 from solo_ext.common import did_you_mean
 from solo_ext.config import (
     ConfigError,
+    Option,
     check_choice,
-    check_range,
     fill_stem_option,
     require,
     world_size,
@@ -50,6 +50,39 @@ KNOWN_KEYS = {
     "performance", "dali", "seed", "resume_from_checkpoint", "debug_augmentations", "hydra",
     "pretrained_feature_extractor", "num_crops", "defaults",
 }  # fmt: skip
+
+
+# the numbers of solo-learn's keys that solo-ext passes on to torch, Lightning and the host,
+# declared once: each given value is checked before anything is built (null: the default)
+RUN_OPTIONS: dict[str, Option] = {
+    "max_epochs": Option(None, "int", 1),
+    "seed": Option(5, "int", 0),
+    "optimizer.batch_size": Option(None, "int", 1),
+    "optimizer.lr": Option(None, "float", 0, low_open=True),
+    "optimizer.classifier_lr": Option(0.1, "float", 0, low_open=True),
+    "optimizer.weight_decay": Option(0.0, "float", 0),
+    "optimizer.kwargs.momentum": Option(0.9, "float", 0, 1, high_open=True),
+    "scheduler.warmup_epochs": Option(10, "float", 0),
+    "scheduler.min_lr": Option(0.0, "float", 0),
+    "scheduler.warmup_start_lr": Option(3e-5, "float", 0),
+    "momentum.base_tau": Option(0.99, "float", 0, 1),
+    "momentum.final_tau": Option(1.0, "float", 0, 1),
+    "data.num_workers": Option(4, "int", 0),
+    "checkpoint.frequency": Option(1, "int", 1),
+    "knn_eval.k": Option(20, "int", 1),
+    "knn_eval.distance_func": Option("euclidean", "str", choices=DISTANCES),
+    "auto_resume.max_hours": Option(36, "float", 0, low_open=True),
+    "num_nodes": Option(1, "int", 1),
+    "accumulate_grad_batches": Option(1, "int", 1),
+    "log_every_n_steps": Option(50, "int", 1),
+}
+
+
+def check_run_options(cfg: DictConfig) -> None:
+    for key, option in RUN_OPTIONS.items():
+        value = OmegaConf.select(cfg, key, default=None)
+        if value is not None:
+            option.check(key, value)
 
 
 def warn_unknown_keys(cfg: DictConfig) -> None:
@@ -84,9 +117,7 @@ def parse_cfg(cfg: DictConfig) -> DictConfig:
     method_cls = METHODS[cfg.method]
     check_choice("optimizer.name", cfg.optimizer.name, method_cls._OPTIMIZERS)
     check_choice("scheduler.name", omegaconf_select(cfg, "scheduler.name"), method_cls._SCHEDULERS)
-    distance = omegaconf_select(cfg, "knn_eval.distance_func")
-    if distance is not None:
-        check_choice("knn_eval.distance_func", distance, DISTANCES)
+    check_run_options(cfg)
     check_data_cfg(cfg)
     fill_stem_option(cfg)
     check_sampler_cfg(cfg, total_epochs=cfg.max_epochs)
@@ -98,7 +129,6 @@ def parse_cfg(cfg: DictConfig) -> DictConfig:
     cfg.auto_resume = omegaconf_select(cfg, "auto_resume", None) or {}
     cfg.auto_resume.enabled = bool(omegaconf_select(cfg, "auto_resume.enabled", False))
     cfg.auto_resume.max_hours = omegaconf_select(cfg, "auto_resume.max_hours", 36)
-    check_range("auto_resume.max_hours", cfg.auto_resume.max_hours, 0, low_open=True)
     cfg.strategy = omegaconf_select(cfg, "strategy", "auto")
     cfg.accelerator = omegaconf_select(cfg, "accelerator", "auto")
     cfg.devices = omegaconf_select(cfg, "devices", 1)

@@ -5,10 +5,11 @@ line naming the key and the value, on the active host."""
 from __future__ import annotations
 
 import pytest
+from conftest import tiny_cfg
 
 from solo_ext.config import ConfigError, Option
 from solo_ext.host import METHODS
-from solo_ext.pretrain import parse_cfg
+from solo_ext.pretrain import RUN_OPTIONS, parse_cfg, run
 from solo_ext.registry import SOLO_EXT_METHODS, register
 
 register()
@@ -55,3 +56,22 @@ def test_dscl_alpha_and_beta_together(make_cfg):
     cfg = make_cfg("dscl", **{"method_kwargs.alpha": 0.2, "method_kwargs.beta": 3.0})
     with pytest.raises(ConfigError, match=r"^method_kwargs.alpha=0.2, method_kwargs.beta=3.0: "):
         parse_cfg(cfg)
+
+
+RUN_CASES = [
+    (key, value) for key, option in RUN_OPTIONS.items() for value in option.invalid_examples()
+]
+
+
+@pytest.mark.parametrize("key,value", RUN_CASES, ids=[f"{k}-{v!r}" for k, v in RUN_CASES])
+def test_a_run_key_outside_its_declaration_stops_the_start(key, value, tmp_path):
+    """solo-learn's keys that solo-ext-pretrain hands to torch, Lightning and the host: a bad
+    number is one line naming it, before the run directory exists."""
+    ckpt_dir = tmp_path / "trained_models"
+    cfg = tiny_cfg("scl", tmp_path, **{key: value, "checkpoint.dir": str(ckpt_dir)})
+    with pytest.raises(ConfigError) as info:
+        run(cfg)
+    message = str(info.value)
+    assert message.startswith(f"{key}={value!r}: must be "), message
+    assert "\n" not in message
+    assert not ckpt_dir.exists()
