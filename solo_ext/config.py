@@ -187,6 +187,14 @@ def fill_options(cfg: DictConfig, section: str, options: Mapping[str, Option]) -
     return fill_section(cfg, section, {key: option.default for key, option in options.items()})
 
 
+def check_given(cfg: DictConfig, options: Mapping[str, Option]) -> None:
+    """Each dotted key of ``options`` that ``cfg`` sets (not null) against its option."""
+    for key, option in options.items():
+        value = OmegaConf.select(cfg, key, default=None)
+        if value is not None:
+            option.check(key, value)
+
+
 def check_options(cfg: DictConfig, section: str, options: Mapping[str, Option]) -> None:
     """Every key of ``cfg.<section>`` against its option: one line naming key and value."""
     values = OmegaConf.select(cfg, section)

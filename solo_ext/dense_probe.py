@@ -23,7 +23,7 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from solo_ext.cli import hydra_entry
-from solo_ext.config import ConfigError, check_range
+from solo_ext.config import ConfigError, Option, check_given
 from solo_ext.data.datasets import build_dataset
 from solo_ext.data.synthetic import PART_CLASSES
 from solo_ext.data.transforms import build_eval_transform
@@ -64,13 +64,21 @@ class DenseProbe(pl.LightningModule):
         )
 
 
+# every key solo-ext-dense-probe reads, declared once (defaults in conf/dense_probe.yaml)
+OPTIONS: dict[str, Option] = {
+    "max_epochs": Option(20, "int", 1),
+    "optimizer.lr": Option(0.01, "float", 0, low_open=True),
+    "optimizer.weight_decay": Option(0.0, "float", 0),
+    "optimizer.batch_size": Option(64, "int", 1),
+    "num_plot": Option(6, "int", 0),
+    "seed": Option(5, "int", 0),
+}
+
+
 def run(cfg: DictConfig) -> dict[str, Any]:
     """Checks ``cfg`` (module docstring), trains the probe, returns the metrics."""
     OmegaConf.set_struct(cfg, False)
-    check_range("max_epochs", cfg.max_epochs, 1)
-    check_range("optimizer.lr", cfg.optimizer.lr, 0, low_open=True)
-    check_range("optimizer.batch_size", cfg.optimizer.batch_size, 1)
-    check_range("num_plot", cfg.num_plot, 0)
+    check_given(cfg, OPTIONS)
     backbone, pre_cfg, out_dir = load_for_eval(cfg)
     if pre_cfg.data.dataset != "synthetic_lt":
         raise ConfigError(

@@ -19,7 +19,7 @@ from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
 from solo_ext.cli import hydra_entry
-from solo_ext.config import check_choice, check_range
+from solo_ext.config import Option, check_given
 from solo_ext.eval.common import report, split_features
 from solo_ext.eval.knn_classifier import DISTANCES, knn_predict
 from solo_ext.runs import load_for_eval
@@ -71,12 +71,19 @@ def evaluate_model(
     )
 
 
+# every key solo-ext-knn reads, declared once (defaults in conf/knn.yaml)
+OPTIONS: dict[str, Option] = {
+    "k": Option(20, "int", 1),
+    "temperature": Option(0.07, "float", 0, low_open=True),
+    "distance": Option("cosine", "str", choices=DISTANCES),
+    "batch_size": Option(256, "int", 1),
+}
+
+
 def run(cfg: DictConfig) -> dict[str, Any]:
     """Checks ``cfg`` (see the module docstring), evaluates, returns the metrics."""
     OmegaConf.set_struct(cfg, False)
-    check_range("k", cfg.k, 1)
-    check_range("temperature", cfg.temperature, 0, low_open=True)
-    check_choice("distance", cfg.distance, DISTANCES)
+    check_given(cfg, OPTIONS)
     backbone, pre_cfg, out_dir = load_for_eval(cfg)
     return evaluate_model(
         backbone, pre_cfg, cfg.k, cfg.temperature, cfg.distance, out_dir, cfg.batch_size

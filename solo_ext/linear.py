@@ -29,7 +29,7 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from solo_ext.cli import hydra_entry
-from solo_ext.config import check_choice, check_range
+from solo_ext.config import Option, check_given
 from solo_ext.data.samplers import build_sampler, check_sampler_cfg
 from solo_ext.eval.common import report, split_features
 from solo_ext.runs import load_for_eval
@@ -76,14 +76,22 @@ class LinearProbe(pl.LightningModule):
         return [opt], [torch.optim.lr_scheduler.CosineAnnealingLR(opt, hp.epochs)]
 
 
+# every key solo-ext-linear reads, declared once (defaults in conf/linear.yaml)
+OPTIONS: dict[str, Option] = {
+    "max_epochs": Option(100, "int", 1),
+    "feature_norm": Option(True, "bool"),
+    "optimizer.name": Option("sgd", "str", choices=("sgd",)),
+    "optimizer.lr": Option(0.1, "float", 0, low_open=True),
+    "optimizer.weight_decay": Option(0.0, "float", 0),
+    "optimizer.batch_size": Option(256, "int", 1),
+    "seed": Option(5, "int", 0),
+}
+
+
 def run(cfg: DictConfig) -> dict[str, Any]:
     """Checks ``cfg`` (see the module docstring), trains the probe, returns the metrics."""
     OmegaConf.set_struct(cfg, False)
-    check_range("max_epochs", cfg.max_epochs, 1)
-    check_range("optimizer.batch_size", cfg.optimizer.batch_size, 1)
-    check_range("optimizer.lr", cfg.optimizer.lr, 0, low_open=True)
-    check_range("optimizer.weight_decay", cfg.optimizer.weight_decay, 0)
-    check_choice("optimizer.name", OmegaConf.select(cfg, "optimizer.name", default="sgd"), ["sgd"])
+    check_given(cfg, OPTIONS)
     backbone, pre_cfg, out_dir = load_for_eval(cfg)
     sampler_args = check_sampler_cfg(pre_cfg, total_epochs=cfg.max_epochs)
 

@@ -26,6 +26,7 @@ from solo_ext.config import (
     ConfigError,
     Option,
     check_choice,
+    check_given,
     fill_stem_option,
     require,
     world_size,
@@ -78,13 +79,6 @@ RUN_OPTIONS: dict[str, Option] = {
 }
 
 
-def check_run_options(cfg: DictConfig) -> None:
-    for key, option in RUN_OPTIONS.items():
-        value = OmegaConf.select(cfg, key, default=None)
-        if value is not None:
-            option.check(key, value)
-
-
 def warn_unknown_keys(cfg: DictConfig) -> None:
     """Unknown top-level keys warn (unknown ``method_kwargs`` / ``data.sampler`` keys fail)."""
     trainer_args = set(inspect.signature(pl.Trainer.__init__).parameters)
@@ -117,7 +111,7 @@ def parse_cfg(cfg: DictConfig) -> DictConfig:
     method_cls = METHODS[cfg.method]
     check_choice("optimizer.name", cfg.optimizer.name, method_cls._OPTIMIZERS)
     check_choice("scheduler.name", omegaconf_select(cfg, "scheduler.name"), method_cls._SCHEDULERS)
-    check_run_options(cfg)
+    check_given(cfg, RUN_OPTIONS)
     check_data_cfg(cfg)
     fill_stem_option(cfg)
     check_sampler_cfg(cfg, total_epochs=cfg.max_epochs)

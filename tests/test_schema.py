@@ -4,8 +4,10 @@ line naming the key and the value, on the active host."""
 
 from __future__ import annotations
 
+import importlib
+
 import pytest
-from conftest import tiny_cfg
+from conftest import eval_cfg, tiny_cfg
 
 from solo_ext.config import ConfigError, Option
 from solo_ext.host import METHODS
@@ -75,3 +77,28 @@ def test_a_run_key_outside_its_declaration_stops_the_start(key, value, tmp_path)
     assert message.startswith(f"{key}={value!r}: must be "), message
     assert "\n" not in message
     assert not ckpt_dir.exists()
+
+
+EVAL_CASES = [
+    (command, key, value)
+    for command in ("knn", "linear", "dense_probe")
+    for key, option in importlib.import_module(f"solo_ext.{command}").OPTIONS.items()
+    for value in option.invalid_examples()
+]
+
+
+@pytest.mark.parametrize(
+    "command,key,value", EVAL_CASES, ids=[f"{c}-{k}-{v!r}" for c, k, v in EVAL_CASES]
+)
+def test_an_evaluation_key_outside_its_declaration_stops_it(command, key, value, tmp_path):
+    """solo-ext-knn, -linear and -dense-probe check every key they read, before the run is
+    even looked at."""
+    module = importlib.import_module(f"solo_ext.{command}")
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    with pytest.raises(ConfigError) as info:
+        module.run(eval_cfg(command, run_dir, **{key: value}))
+    message = str(info.value)
+    assert message.startswith(f"{key}={value!r}: must be "), message
+    assert "\n" not in message
+    assert list(tmp_path.rglob("*")) == [run_dir]
