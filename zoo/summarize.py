@@ -33,7 +33,9 @@ def collect(root: Path) -> dict[str, list[dict]]:
         if "centroid_temperature" in kwargs:  # all4one_ct: compared over k
             name += f" (k {kwargs['k']})"
         runs[name].append({"seed": args.get("seed"), **metrics})
-    return runs
+    for items in runs.values():
+        items.sort(key=lambda r: (r["seed"] is None, r["seed"]))
+    return dict(sorted(runs.items()))
 
 
 def table(runs: dict[str, list[dict]]) -> str:
