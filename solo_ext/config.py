@@ -32,8 +32,7 @@ def check_choice(key: str, value: Any, choices: Iterable[str]) -> None:
 
 
 def check_bool(key: str, value: Any) -> None:
-    if not isinstance(value, bool):
-        raise ConfigError(f"{key}={value!r}: must be true or false")
+    Option(None, "bool").check(key, value)
 
 
 def require(cfg: DictConfig, *keys: str) -> None:
@@ -72,18 +71,9 @@ def check_range(
     low_open: bool = False,
     high_open: bool = False,
 ) -> None:
-    """Checks ``low <= value <= high`` (strict with ``low_open`` / ``high_open``)."""
-    bad = not isinstance(value, (int, float)) or isinstance(value, bool)
-    if not bad and low is not None:
-        bad = value <= low if low_open else value < low
-    if not bad and high is not None:
-        bad = value >= high if high_open else value > high
-    if bad:
-        lo = "" if low is None else (f"> {low}" if low_open else f">= {low}")
-        hi = "" if high is None else (f"< {high}" if high_open else f"<= {high}")
-        raise ConfigError(
-            f"{key}={value!r}: must be a number {' and '.join(filter(None, [lo, hi]))}"
-        )
+    """Checks ``low <= value <= high`` (strict with ``low_open`` / ``high_open``): an
+    undeclared number, checked as a declared one is."""
+    Option(None, "float", low, high, low_open, high_open).check(key, value)
 
 
 @dataclass(frozen=True)
