@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from numbers import Integral, Real
@@ -106,7 +107,7 @@ class Option:
     def describe(self) -> str:
         """What a valid value is, in words (the end of the one-line error)."""
         if self.kind == "bool":
-            text = "true or false"
+            text = "true or false" + (f" or one of {sorted(self.choices)}" if self.choices else "")
         elif self.kind == "str":
             text = f"one of {sorted(self.choices)}"
         else:
@@ -123,6 +124,8 @@ class Option:
     def _number_inside(self, value: Any, integer: bool = False) -> bool:
         if isinstance(value, bool) or not isinstance(value, Integral if integer else Real):
             return False
+        if not math.isfinite(value):  # nan and inf are never a setting
+            return False
         if self.low is not None and (value <= self.low if self.low_open else value < self.low):
             return False
         return self.high is None or (value < self.high if self.high_open else value <= self.high)
@@ -130,10 +133,12 @@ class Option:
     def valid(self, value: Any) -> bool:
         if value is None:
             return self.nullable
-        if self.kind == "bool":
-            return isinstance(value, bool)
         if isinstance(value, str) and value in self.choices:
             return True
+        if self.kind == "bool":
+            return isinstance(value, bool)
+        if self.kind == "str" and isinstance(value, Integral) and not isinstance(value, bool):
+            return str(value) in self.choices  # a choice spelt as a number (precision=32)
         if self.kind == "pair":
             if not isinstance(value, (list, tuple, ListConfig)) or len(value) != 2:
                 return False
@@ -196,12 +201,24 @@ def world_size(cfg: DictConfig) -> int:
     """Processes of a run: ``devices`` (an int, a list, or solo-learn's "0,1" string) x
     ``num_nodes``."""
     devices = cfg.get("devices", 1)
-    if isinstance(devices, int):
+    if isinstance(devices, int) and not isinstance(devices, bool) and devices >= -1:
         n = max(devices, 1)
-    elif isinstance(devices, str):
-        n = int(devices) if devices.isdigit() else len(devices.split(","))
+    elif devices in (None, "auto", "-1"):
+        n = 1
+    elif isinstance(devices, str) and devices.isdigit():
+        n = int(devices)
+    elif isinstance(devices, str) and all(p.strip().isdigit() for p in devices.split(",") if p):
+        n = len([p for p in devices.split(",") if p])
+    elif isinstance(devices, (list, tuple, ListConfig)) and all(
+        isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in devices
+    ):
+        n = len(devices)
     else:
-        n = len(devices) if devices is not None else 1
+        shown = list(devices) if isinstance(devices, ListConfig) else devices
+        raise ConfigError(
+            f"devices={shown!r}: must be a count (-1: all), 'auto', a list of device indices, "
+            "or a string of them ('0,1')"
+        )
     return n * int(cfg.get("num_nodes") or 1)
 
 

@@ -92,6 +92,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     """Checks ``cfg`` (see the module docstring), trains the probe, returns the metrics."""
     OmegaConf.set_struct(cfg, False)
     check_given(cfg, OPTIONS)
+    check_sampler_cfg(cfg, total_epochs=cfg.max_epochs)  # a sampler given here, before the run
     backbone, pre_cfg, out_dir = load_for_eval(cfg)
     sampler_args = check_sampler_cfg(pre_cfg, total_epochs=cfg.max_epochs)
 

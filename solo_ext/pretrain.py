@@ -9,13 +9,17 @@ in one line before any data is built or anything is written.
 from __future__ import annotations
 
 import inspect
+import typing
 import warnings
 from pathlib import Path
 from typing import Any
 
 import lightning.pytorch as pl
 import torch
+from lightning.fabric.connector import _PRECISION_INPUT_STR, _PRECISION_INPUT_STR_ALIAS
+from lightning.pytorch.accelerators import AcceleratorRegistry
 from lightning.pytorch.loggers import CSVLogger
+from lightning.pytorch.strategies import StrategyRegistry
 from omegaconf import DictConfig, OmegaConf
 from torch.utils.data import DataLoader
 
@@ -39,7 +43,7 @@ from solo_ext.data.datasets import (
 )
 from solo_ext.data.samplers import build_sampler, check_sampler_cfg
 from solo_ext.data.transforms import build_eval_transform, build_pretrain_transform
-from solo_ext.host import BACKBONES, METHODS, omegaconf_select
+from solo_ext.host import BACKBONES, METHODS, build_backbone, omegaconf_select
 from solo_ext.modules.knn import DISTANCES
 from solo_ext.registry import register
 from solo_ext.resume import AtomicCheckpointIO, EpochSeed, find_auto_resume
@@ -68,7 +72,6 @@ RUN_OPTIONS: dict[str, Option] = {
     "scheduler.warmup_start_lr": Option(3e-5, "float", 0),
     "momentum.base_tau": Option(0.99, "float", 0, 1),
     "momentum.final_tau": Option(1.0, "float", 0, 1),
-    "data.num_workers": Option(4, "int", 0),
     "checkpoint.frequency": Option(1, "int", 1),
     "knn_eval.k": Option(20, "int", 1),
     "knn_eval.distance_func": Option("euclidean", "str", choices=DISTANCES),
@@ -76,6 +79,32 @@ RUN_OPTIONS: dict[str, Option] = {
     "num_nodes": Option(1, "int", 1),
     "accumulate_grad_batches": Option(1, "int", 1),
     "log_every_n_steps": Option(50, "int", 1),
+    # Lightning's Trainer arguments of solo-learn's configs and the README, with the choices
+    # Lightning itself registers (``devices``: checked with the world size)
+    "precision": Option(
+        "32-true",
+        "str",
+        choices=typing.get_args(_PRECISION_INPUT_STR) + typing.get_args(_PRECISION_INPUT_STR_ALIAS),
+    ),
+    "accelerator": Option(
+        "auto", "str", choices=("auto", "gpu", *AcceleratorRegistry.available_accelerators())
+    ),
+    "strategy": Option("auto", "str", choices=("auto", *StrategyRegistry.available_strategies())),
+    "sync_batchnorm": Option(False, "bool"),
+    "check_val_every_n_epoch": Option(1, "int", 1),
+    "max_steps": Option(-1, "int", -1),
+    "num_sanity_val_steps": Option(2, "int", -1),
+    "gradient_clip_val": Option(None, "float", 0, nullable=True),
+    "limit_train_batches": Option(1.0, "float", 0, low_open=True),
+    "limit_val_batches": Option(1.0, "float", 0),
+    "enable_progress_bar": Option(True, "bool"),
+    "deterministic": Option(False, "bool", choices=("warn",)),
+    "benchmark": Option(None, "bool", nullable=True),
+}
+# what solo-ext reads of ``backbone.kwargs`` (the rest goes to the backbone's constructor)
+BACKBONE_OPTIONS: dict[str, Option] = {
+    "backbone.kwargs.small_image_stem": Option(False, "bool"),
+    "backbone.kwargs.patch_size": Option(16, "int", 1),
 }
 
 
@@ -86,6 +115,26 @@ def warn_unknown_keys(cfg: DictConfig) -> None:
         if key not in KNOWN_KEYS and key not in trainer_args:
             close = did_you_mean(str(key), sorted(KNOWN_KEYS | trainer_args))
             warnings.warn(f"config key {key!r} is not used by solo-ext{close}", stacklevel=2)
+
+
+def check_backbone_kwargs(cfg: DictConfig) -> None:
+    """``backbone.kwargs`` reach the backbone's constructor (torchvision's, timm's): the backbone
+    is built once on the meta device (no memory, no weights), so a keyword it does not take is
+    one line now, not a traceback from inside the method."""
+    kwargs = omegaconf_select(cfg, "backbone.kwargs", None)
+    kwargs = {} if kwargs is None else OmegaConf.to_container(kwargs)
+    with torch.device("meta"), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            build_backbone(cfg.backbone.name, cfg.method, cfg.data.dataset, kwargs)
+        except TypeError as err:  # (solo-ext's own keys are declared and checked above)
+            given = {
+                k: v for k, v in kwargs.items() if f"backbone.kwargs.{k}" not in BACKBONE_OPTIONS
+            }
+            raise ConfigError(
+                f"backbone.kwargs={given!r}: not taken by backbone.name={cfg.backbone.name!r} "
+                f"({err})"
+            ) from None
 
 
 def parse_cfg(cfg: DictConfig) -> DictConfig:
@@ -112,8 +161,11 @@ def parse_cfg(cfg: DictConfig) -> DictConfig:
     check_choice("optimizer.name", cfg.optimizer.name, method_cls._OPTIMIZERS)
     check_choice("scheduler.name", omegaconf_select(cfg, "scheduler.name"), method_cls._SCHEDULERS)
     check_given(cfg, RUN_OPTIONS)
+    check_given(cfg, BACKBONE_OPTIONS)
+    world_size(cfg)  # devices: a count, 'auto', indices
     check_data_cfg(cfg)
     fill_stem_option(cfg)
+    check_backbone_kwargs(cfg)
     check_sampler_cfg(cfg, total_epochs=cfg.max_epochs)
     cfg.name = omegaconf_select(cfg, "name", cfg.method)
     cfg.seed = omegaconf_select(cfg, "seed", 5)

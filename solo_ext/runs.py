@@ -12,8 +12,8 @@ from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
 from solo_ext.checkpoint import find_checkpoint, read_checkpoint
-from solo_ext.config import ConfigError
-from solo_ext.data.datasets import check_data_cfg
+from solo_ext.config import ConfigError, check_given
+from solo_ext.data.datasets import DATA_KEYS, check_data_cfg
 from solo_ext.host import build_backbone
 
 
@@ -53,6 +53,7 @@ def load_for_eval(cfg: DictConfig) -> tuple[nn.Module, DictConfig, Path]:
     """The backbone and pretraining config of ``cfg.pretrained_checkpoint_dir`` (a run
     directory) or ``cfg.pretrained_feature_extractor`` (a checkpoint file, solo-learn's key),
     with ``cfg.data`` merged over the run's data config; returns the output directory too."""
+    check_given(cfg, DATA_KEYS)  # the data keys given here: checked before the run is read
     run_dir = OmegaConf.select(cfg, "pretrained_checkpoint_dir", default=None)
     ckpt = OmegaConf.select(cfg, "pretrained_feature_extractor", default=None)
     if run_dir is None and ckpt is None:

@@ -13,7 +13,14 @@ from torch.utils.data import Dataset
 from torchvision import datasets as tvd
 from torchvision.datasets.folder import IMG_EXTENSIONS
 
-from solo_ext.config import ConfigError, check_choice, check_range, fill_section, select
+from solo_ext.config import (
+    ConfigError,
+    Option,
+    check_choice,
+    check_given,
+    fill_options,
+    select,
+)
 from solo_ext.data import facts as F
 from solo_ext.data import lt_datasets as lt
 
@@ -28,7 +35,6 @@ LONG_TAILED = F.LONG_TAILED
 DATASETS = tuple(F.DATASETS)
 # ImageFolder datasets of solo-learn with a fixed number of classes
 _FIXED_FOLDERS = ("imagenet100", "imagenet")
-SYNTHETIC_DEFAULTS = {"n_max": 200, "val_per_class": 20, "image_size": 32, "seed": 0}
 _CIFAR_DIRS = {"cifar10": "cifar-10-batches-py", "cifar100": "cifar-100-python"}
 
 
@@ -37,6 +43,42 @@ def _class_folders(path: str) -> list[str]:
 
 
 BAD_IMAGE_MODES = ("error", "skip", "off")
+
+# the keys of ``data`` that solo-ext reads, declared once: filled from here and checked against
+# their declaration when given, whatever the dataset (paths and split files are checked on disk)
+DATA_OPTIONS: dict[str, Option] = {
+    "format": Option("image_folder", "str", choices=("image_folder", "dali")),
+    "num_workers": Option(4, "int", 0),
+    "no_labels": Option(False, "bool"),
+    # solo-learn's subset of a dataset: solo-ext trains on whole ones (-1 or 1)
+    "fraction": Option(-1, "float", -1, 1),
+    "download": Option(False, "bool"),
+    "many_threshold": Option(F.MANY_THRESHOLD, "int", 1),
+    "few_threshold": Option(F.FEW_THRESHOLD, "int", 0),
+    # image folders: files PIL cannot open stop the start ("error"), are left out and counted
+    # ("skip"), or are not looked for ("off")
+    "bad_images": Option("error", "str", choices=BAD_IMAGE_MODES),
+    "num_classes": Option(None, "int", 2, nullable=True),  # None: the data decides
+}
+# the keys of the long-tailed datasets (imbalance_factor None: 100, synthetic_lt 10; lt_n_max,
+# custom_lt's largest class: None, the largest profile every class of the source can fill)
+LT_OPTIONS: dict[str, Option] = {
+    "imbalance_factor": Option(None, "float", 1, nullable=True),
+    "lt_seed": Option(0, "int", 0),
+    "lt_n_max": Option(None, "int", 1, nullable=True),
+}
+# ``data.synthetic`` of synthetic_lt
+SYNTHETIC_OPTIONS: dict[str, Option] = {
+    "n_max": Option(200, "int", 1),
+    "val_per_class": Option(20, "int", 1),
+    "image_size": Option(32, "int", 8),
+    "seed": Option(0, "int", 0),
+}
+# all of them by their dotted key from the config's root (what a command checks when given)
+DATA_KEYS: dict[str, Option] = {
+    **{f"data.{key}": option for key, option in {**DATA_OPTIONS, **LT_OPTIONS}.items()},
+    **{f"data.synthetic.{key}": option for key, option in SYNTHETIC_OPTIONS.items()},
+}
 
 
 def _check_class_folders(key: str, path: str) -> None:
@@ -98,39 +140,31 @@ def check_data_cfg(cfg: DictConfig) -> DictConfig:
     data = cfg.data
     check_choice("data.dataset", data.get("dataset"), DATASETS)
     dataset = data.dataset
-    defaults = {
-        "train_path": None,
-        "val_path": None,
-        "format": "image_folder",
-        "num_workers": 4,
-        "no_labels": False,
-        "fraction": -1,
-        "download": False,
-        "many_threshold": F.MANY_THRESHOLD,
-        "few_threshold": F.FEW_THRESHOLD,
-        # image folders: files PIL cannot open stop the start ("error"), are left out and
-        # counted ("skip"), or are not looked for ("off")
-        "bad_images": "error",
-    }
+    check_given(cfg, DATA_KEYS)
+    filled = {"train_path": None, "val_path": None, **DATA_OPTIONS}
     if dataset in LONG_TAILED:
-        defaults.update(imbalance_factor=100 if dataset != "synthetic_lt" else 10, lt_seed=0)
-    for key, value in defaults.items():
-        data[key] = select(cfg, f"data.{key}", value)
+        filled.update(LT_OPTIONS)
+    for key, value in filled.items():
+        default = value.default if isinstance(value, Option) else value
+        data[key] = select(cfg, f"data.{key}", default)
+    if dataset in LONG_TAILED and data.imbalance_factor is None:
+        data.imbalance_factor = 100 if dataset != "synthetic_lt" else 10
     check_choice("data.format", data.format, ("image_folder",))
-    check_choice("data.bad_images", data.bad_images, BAD_IMAGE_MODES)
     if data.fraction not in (-1, 1, 1.0):
         raise ConfigError(
             f"data.fraction={data.fraction!r}: solo-ext trains on whole datasets; "
             "make a subset with solo-ext-make-lt or a custom ImageFolder instead"
         )
-    check_range("data.many_threshold", data.many_threshold, data.few_threshold)
-    if dataset in LONG_TAILED:
-        check_range("data.imbalance_factor", data.imbalance_factor, 1)
+    if data.few_threshold > data.many_threshold:
+        raise ConfigError(
+            f"data.few_threshold={data.few_threshold}: above "
+            f"data.many_threshold={data.many_threshold}"
+        )
 
     if dataset == "synthetic_lt":
         expected = select(cfg, "data.num_classes", 20)
-        check_range("data.num_classes", expected, 2)
-        fill_section(cfg, "data.synthetic", SYNTHETIC_DEFAULTS)
+        fill_options(cfg, "data.synthetic", SYNTHETIC_OPTIONS)
+        _check_synthetic(expected, data)
     elif _cifar_name(dataset):
         name = _cifar_name(dataset)
         expected = F.DATASETS[dataset].classes
@@ -173,13 +207,28 @@ def check_data_cfg(cfg: DictConfig) -> DictConfig:
         for key in ("train_path", "val_path"):
             if data[key] is not None:
                 _check_class_folders(f"data.{key}", data[key])
-        if dataset == "custom_lt":
-            data.lt_n_max = select(cfg, "data.lt_n_max", None)
     given = select(cfg, "data.num_classes", None)
     if given is not None and given != expected:
         raise ConfigError(f"data.num_classes={given}: the data has {expected} classes")
     data.num_classes = expected
     return cfg
+
+
+def _check_synthetic(classes: int, data: DictConfig) -> None:
+    """What synthetic_lt can make: distinct class recipes, and an image in the tail class."""
+    from solo_ext.data.longtail import lt_counts
+    from solo_ext.data.synthetic import MAX_CLASSES
+
+    if classes > MAX_CLASSES:
+        raise ConfigError(
+            f"data.num_classes={classes}: synthetic_lt makes at most {MAX_CLASSES} classes"
+        )
+    n_max = data.synthetic.n_max
+    if lt_counts(n_max, classes, data.imbalance_factor)[-1] < 1:
+        raise ConfigError(
+            f"data.imbalance_factor={data.imbalance_factor!r}: leaves the tail class with no "
+            f"image at data.synthetic.n_max={n_max}"
+        )
 
 
 def build_dataset(data: DictConfig, split: str, transform: Callable | None) -> Dataset[Any]:

@@ -26,7 +26,7 @@ import torch.distributed as dist
 from torch.utils.data.distributed import DistributedSampler
 
 from solo_ext.common import SEED_STRIDE, check_int, did_you_mean
-from solo_ext.config import ConfigError
+from solo_ext.config import ConfigError, Option, check_choice
 
 SAMPLER_COMMON_KWARGS: dict[str, Any] = {
     "seed": 0,
@@ -251,11 +251,23 @@ SAMPLERS: dict[str, type[LongTailSampler]] = {
     "sqrt": SqrtSampler,
     "progressive": ProgressiveSampler,
 }
+# the keys of ``data.sampler`` a config may set, declared once per sampler (the rank and world
+# size come from the trainer)
+_COMMON_OPTIONS: dict[str, Option] = {
+    "seed": Option(None, "int", nullable=True),  # null: the run's seed
+    "num_samples": Option(None, "int", 1, nullable=True),  # null: the dataset's size
+}
+SAMPLER_OPTIONS: dict[str, dict[str, Option]] = {
+    "instance": _COMMON_OPTIONS,
+    "class_balanced": _COMMON_OPTIONS,
+    "sqrt": {**_COMMON_OPTIONS, "power": Option(0.5, "float", 0)},
+    # null: the run's max_epochs
+    "progressive": {**_COMMON_OPTIONS, "total_epochs": Option(None, "int", 1, nullable=True)},
+}
+# each sampler's own constructor keywords with their defaults
 SAMPLER_KWARGS: dict[str, dict[str, Any]] = {
-    "instance": {},
-    "class_balanced": {},
-    "sqrt": {"power": 0.5},
-    "progressive": {"total_epochs": None},
+    name: {k: o.default for k, o in options.items() if k not in _COMMON_OPTIONS}
+    for name, options in SAMPLER_OPTIONS.items()
 }
 
 
@@ -312,10 +324,17 @@ def check_sampler_cfg(cfg: Any, total_epochs: int) -> dict[str, Any] | None:
                 f"data.sampler.{key}={kwargs[key]!r}: set by the trainer, not the config"
             )
     name = section.get("name")
+    check_choice("data.sampler.name", name, SAMPLERS)
+    options = SAMPLER_OPTIONS[name]
+    for key, value in kwargs.items():
+        if key not in options:
+            valid = sorted(options)
+            raise ConfigError(
+                f"data.sampler.{key}={value!r}: not a key of sampler {name!r}; "
+                f"valid keys: {valid}{did_you_mean(key, valid)}"
+            )
+        options[key].check(f"data.sampler.{key}", value)
+    kwargs = {k: v for k, v in kwargs.items() if v is not None}
     if name == "progressive" and kwargs.get("total_epochs") is None:
         section.total_epochs = kwargs["total_epochs"] = total_epochs
-    try:
-        build_sampler(name, [0], **kwargs)  # validates name, keys and values now
-    except ValueError as err:  # the sampler's own check, as a config error of its key
-        raise ConfigError(str(err)) from None
     return {"name": name, **kwargs}
