@@ -8,10 +8,11 @@ names:
 
 - ``solo.args.pretrain`` / ``solo.args.linear``: ``parse_cfg`` first checks solo-ext's keys
   (``data.sampler``, solo-ext's datasets and their keys, DALI combinations; one line naming key
-  and value, before anything is built or written), then runs solo-learn's own, then adds the
-  long-tailed training counts (``data.train_class_counts``) and the ResNet stem of 32 px datasets
-  (``backbone.kwargs.small_image_stem``). The dataset lists solo-learn asserts on learn the
-  long-tailed names.
+  and value, before anything is built or written), then runs solo-learn's own, then checks a
+  solo-ext method's ``method_kwargs`` (solo-learn would only when building the model), then
+  adds the long-tailed training counts (``data.train_class_counts``) and the ResNet stem of
+  32 px datasets (``backbone.kwargs.small_image_stem``). The dataset lists solo-learn asserts
+  on learn the long-tailed names.
 - ``solo.args.dataset`` / ``solo.args.knn``: ``main_knn.py --dataset`` takes them too; their
   keys (imbalance factor, split files, ...) come from the run's ``args.json``.
 - ``solo.data.pretrain_dataloader`` and ``solo.data.classification_dataloader``: the dataset
@@ -140,6 +141,20 @@ def _check_solo_ext_keys(cfg: Any, module: ModuleType) -> dict[str, Any] | None:
     return sampler
 
 
+def _check_method_kwargs(cfg: Any) -> None:
+    """A solo-ext method's ``method_kwargs``, checked now: solo-learn checks them only when the
+    model is built, where an error is a traceback. The method fills them in again there."""
+    import copy
+
+    from omegaconf import OmegaConf
+
+    from solo_ext.registry import SOLO_EXT_METHODS, load
+
+    method = OmegaConf.select(cfg, "method", default=None)
+    if method in SOLO_EXT_METHODS:
+        load(method).add_and_assert_specific_cfg(copy.deepcopy(cfg))
+
+
 def _wrap_parse_cfg(module: ModuleType) -> None:
     original = module.parse_cfg
     for name in SOLO_EXT_ONLY:
@@ -154,6 +169,8 @@ def _wrap_parse_cfg(module: ModuleType) -> None:
 
         sampler = _check_solo_ext_keys(cfg, module)
         cfg = original(cfg)
+        if module.__name__.endswith("pretrain"):
+            _check_method_kwargs(cfg)
         fill_stem_option(cfg)
         if cfg.data.get("train_class_counts") is None:
             counts = long_tail_counts(cfg.data)

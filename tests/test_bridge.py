@@ -8,6 +8,7 @@ import sys
 import types
 
 import pytest
+from conftest import tiny_cfg
 from omegaconf import OmegaConf
 from torchvision.transforms.functional import to_tensor
 
@@ -124,11 +125,24 @@ def test_two_after_import_hooks_on_one_module_both_run_once(tmp_path, monkeypatc
     assert sorted(calls) == [(0, 1), (1, 1)]
 
 
-def test_pbsd_with_dali_cuts_its_patches_on_the_device_and_says_so(capsys):
+def test_pbsd_with_dali_cuts_its_patches_on_the_device_and_says_so(capsys, tmp_path):
     module = stand_in_args()
-    cfg = synthetic_cfg()
-    cfg.data.dataset, cfg.data.format, cfg.method = "custom", "dali", "pbsd"
+    cfg = tiny_cfg("pbsd", tmp_path)  # whole: the method's own check runs in parse_cfg too
+    cfg.data.dataset, cfg.data.format = "custom", "dali"
     module._SUPPORTED_DATASETS.append("custom")
     module.parse_cfg(cfg)
     assert cfg.method_kwargs.patch_source == "device"
     assert "DALI's reader cannot make the published patches" in capsys.readouterr().out
+
+
+def test_a_bad_method_key_stops_solo_learns_parse_cfg_in_one_line(capsys, tmp_path):
+    """solo-learn checks a method's keys only when it builds the model (a traceback); the bridge
+    checks a solo-ext method's keys in ``parse_cfg``."""
+    module = stand_in_args()
+    cfg = tiny_cfg("dscl", tmp_path, **{"method_kwargs.temperature": -1})
+    cfg.data.dataset = "custom"
+    with pytest.raises(SystemExit) as info:
+        module.parse_cfg(cfg)
+    assert info.value.code == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.endswith("error: method_kwargs.temperature=-1: must be a number > 0"), line

@@ -422,6 +422,8 @@ BAD = {
     ),
     "long-tailed dataset with dali": (["data.format=dali"], "data.dataset='synthetic_lt'"),
     "imbalance factor": (["data.imbalance_factor=0.5"], "data.imbalance_factor=0.5"),
+    # solo-learn itself checks a method's keys only when it builds the model
+    "method key": (["method_kwargs.temperature=-1"], "method_kwargs.temperature=-1: must be"),
 }
 
 
@@ -438,6 +440,74 @@ def test_bad_input_stops_in_one_line_and_writes_nothing(case, tmp_path):
     assert last.startswith("main_pretrain.py: error: ") and message in last, last
     assert "Traceback" not in proc.stderr
     assert tree(tmp_path) == before
+
+
+# --- the schema through solo-learn's own parse_cfg ---------------------------------------
+
+
+def schema_cases():
+    from solo_ext.data.datasets import DATA_KEYS
+    from solo_ext.data.samplers import SAMPLER_OPTIONS
+    from solo_ext.host import METHODS
+    from solo_ext.registry import SOLO_EXT_METHODS, register
+
+    register()
+    cases = [
+        (method, {f"method_kwargs.{key}": value}, f"method_kwargs.{key}", value)
+        for method in sorted(SOLO_EXT_METHODS)
+        for key, option in METHODS[method].METHOD_KWARGS.items()
+        for value in option.invalid_examples()
+    ]
+    cases += [
+        (
+            "scl",
+            {"data.sampler.name": name, f"data.sampler.{key}": value},
+            f"data.sampler.{key}",
+            value,
+        )
+        for name, options in SAMPLER_OPTIONS.items()
+        for key, option in options.items()
+        for value in option.invalid_examples()
+    ]
+    cases += [
+        ("scl", {key: value}, key, value)
+        for key, option in DATA_KEYS.items()
+        for value in option.invalid_examples()
+    ]
+    return cases
+
+
+SCHEMA_CASES = schema_cases()
+
+
+@pytest.mark.parametrize(
+    "method,given,key,value", SCHEMA_CASES, ids=[f"{m}-{k}-{v!r}" for m, _, k, v in SCHEMA_CASES]
+)
+def test_schema_walk_through_solo_learns_parse_cfg(method, given, key, value, capsys):
+    """solo-ext's keys (``method_kwargs``, ``data.sampler``, its datasets' ``data`` keys) in
+    main_pretrain.py's own ``parse_cfg``: every value just outside its declaration is the same
+    one line (``main_pretrain.py: error: <key>=<value>: must be ...``, exit status 2)."""
+    import copy
+
+    from omegaconf import OmegaConf
+    from solo.args.pretrain import parse_cfg
+
+    cfg = copy.deepcopy(
+        BASE_CFGS.setdefault(method, compose_config("pretrain", f"synthetic-lt/{method}", CPU))
+    )
+    for k, v in given.items():
+        OmegaConf.update(cfg, k, v, force_add=True)
+    with pytest.raises(SystemExit) as info:
+        parse_cfg(cfg)
+    assert info.value.code == 2
+    shown = list(value) if isinstance(value, list) else value
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith(f"{os.path.basename(sys.argv[0])}: error: {key}={shown!r}: must be "), (
+        line
+    )
+
+
+BASE_CFGS: dict = {}
 
 
 def test_main_linear_without_checkpoint_is_one_line(tmp_path):
