@@ -19,7 +19,7 @@ RUFF = str(_BESIDE) if _BESIDE.exists() else shutil.which("ruff")
 def test_ruff(args):
     assert RUFF, "ruff is part of the test extra: pip install -e '.[test]'"
     proc = subprocess.run(
-        [RUFF, *args, "solo_ext", "hydra_plugins", "tests"],
+        [RUFF, *args, "solo_ext", "hydra_plugins", "tests", "tools"],
         cwd=ROOT,
         capture_output=True,
         text=True,
