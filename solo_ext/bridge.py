@@ -96,15 +96,15 @@ def _check_solo_ext_keys(cfg: Any, module: ModuleType) -> dict[str, Any] | None:
     from omegaconf import OmegaConf
 
     from solo_ext.config import ConfigError
-    from solo_ext.data.datasets import check_data_cfg
-    from solo_ext.data.samplers import check_sampler_cfg
+    from solo_ext.data.datasets import fill_data_cfg
+    from solo_ext.data.samplers import fill_sampler_cfg
 
     OmegaConf.set_struct(cfg, False)
     if module.__name__.endswith("linear"):
         _check_checkpoint(cfg)
     dataset = OmegaConf.select(cfg, "data.dataset", default=None)
     data_format = OmegaConf.select(cfg, "data.format", default="image_folder")
-    sampler = check_sampler_cfg(cfg, total_epochs=OmegaConf.select(cfg, "max_epochs"))
+    sampler = fill_sampler_cfg(cfg, total_epochs=OmegaConf.select(cfg, "max_epochs"))
     if sampler is not None:
         if data_format == "dali" and sampler["name"] != "instance":
             raise ConfigError(
@@ -135,7 +135,7 @@ def _check_solo_ext_keys(cfg: Any, module: ModuleType) -> dict[str, Any] | None:
             "data.dataset=custom, or use data.format=image_folder"
         )
     if dataset in SOLO_EXT_ONLY:
-        check_data_cfg(cfg)
+        fill_data_cfg(cfg)
         # solo-learn's parse_cfg reads the class count of a known name from this table
         module._N_CLASSES_PER_DATASET[dataset] = cfg.data.num_classes
     return sampler
@@ -208,7 +208,7 @@ def _knn_data(args: Any) -> Any:
 
     from omegaconf import OmegaConf
 
-    from solo_ext.data.datasets import check_data_cfg
+    from solo_ext.data.datasets import fill_data_cfg
 
     data: dict[str, Any] = {}
     args_json = os.path.join(str(args.pretrained_checkpoint_dir or ""), "args.json")
@@ -222,7 +222,7 @@ def _knn_data(args: Any) -> Any:
         if value is not None:
             data[key] = str(value)
     cfg = OmegaConf.create({"data": data})
-    check_data_cfg(cfg)
+    fill_data_cfg(cfg)
     return cfg.data
 
 

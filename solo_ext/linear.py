@@ -30,7 +30,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from solo_ext.cli import hydra_entry
 from solo_ext.config import Option, check_given
-from solo_ext.data.samplers import build_sampler, check_sampler_cfg
+from solo_ext.data.samplers import build_sampler, fill_sampler_cfg
 from solo_ext.eval.common import report, split_features
 from solo_ext.runs import load_for_eval
 
@@ -92,9 +92,9 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     """Checks ``cfg`` (see the module docstring), trains the probe, returns the metrics."""
     OmegaConf.set_struct(cfg, False)
     check_given(cfg, OPTIONS)
-    check_sampler_cfg(cfg, total_epochs=cfg.max_epochs)  # a sampler given here, before the run
+    fill_sampler_cfg(cfg, total_epochs=cfg.max_epochs)  # a sampler given here, before the run
     backbone, pre_cfg, out_dir = load_for_eval(cfg)
-    sampler_args = check_sampler_cfg(pre_cfg, total_epochs=cfg.max_epochs)
+    sampler_args = fill_sampler_cfg(pre_cfg, total_epochs=cfg.max_epochs)
 
     pl.seed_everything(cfg.seed, workers=True)
     feats = split_features(backbone, pre_cfg)

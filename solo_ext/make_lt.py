@@ -24,7 +24,7 @@ from tqdm import tqdm
 
 from solo_ext.cli import one_line_errors
 from solo_ext.config import ConfigError
-from solo_ext.data.datasets import LONG_TAILED, build_dataset, check_data_cfg
+from solo_ext.data.datasets import LONG_TAILED, build_dataset, fill_data_cfg
 
 
 def _folder_name(name: str, index: int) -> str:
@@ -109,7 +109,7 @@ def run(argv: list[str] | None = None) -> dict[str, Any]:
     data["lt_seed"] = args.seed
     cfg = OmegaConf.create({"data": data})
     with one_line_errors("solo-ext-make-lt"):
-        check_data_cfg(cfg)
+        fill_data_cfg(cfg)
         return make_lt(cfg, args.out, args.copy)
 
 

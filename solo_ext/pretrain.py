@@ -38,10 +38,10 @@ from solo_ext.config import (
 from solo_ext.data.datasets import (
     IndexedNCrop,
     build_dataset,
-    check_data_cfg,
+    fill_data_cfg,
     train_class_counts,
 )
-from solo_ext.data.samplers import build_sampler, check_sampler_cfg
+from solo_ext.data.samplers import build_sampler, fill_sampler_cfg
 from solo_ext.data.transforms import build_eval_transform, build_pretrain_transform
 from solo_ext.host import BACKBONES, METHODS, build_backbone, omegaconf_select
 from solo_ext.modules.knn import DISTANCES
@@ -163,10 +163,10 @@ def parse_cfg(cfg: DictConfig) -> DictConfig:
     check_given(cfg, RUN_OPTIONS)
     check_given(cfg, BACKBONE_OPTIONS)
     world_size(cfg)  # devices: a count, 'auto', indices
-    check_data_cfg(cfg)
+    fill_data_cfg(cfg)
     fill_stem_option(cfg)
     check_backbone_kwargs(cfg)
-    check_sampler_cfg(cfg, total_epochs=cfg.max_epochs)
+    fill_sampler_cfg(cfg, total_epochs=cfg.max_epochs)
     cfg.name = omegaconf_select(cfg, "name", cfg.method)
     cfg.seed = omegaconf_select(cfg, "seed", 5)
     cfg.resume_from_checkpoint = omegaconf_select(cfg, "resume_from_checkpoint", None)

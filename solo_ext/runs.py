@@ -13,7 +13,7 @@ from torch import nn
 
 from solo_ext.checkpoint import find_checkpoint, read_checkpoint
 from solo_ext.config import ConfigError, check_given
-from solo_ext.data.datasets import DATA_KEYS, check_data_cfg
+from solo_ext.data.datasets import DATA_KEYS, fill_data_cfg
 from solo_ext.host import build_backbone
 
 
@@ -76,5 +76,5 @@ def load_for_eval(cfg: DictConfig) -> tuple[nn.Module, DictConfig, Path]:
     overrides = OmegaConf.select(cfg, "data", default=None) or {}
     pre_cfg.data = OmegaConf.merge(pre_cfg.data, overrides)
     OmegaConf.set_struct(pre_cfg, False)
-    check_data_cfg(pre_cfg)
+    fill_data_cfg(pre_cfg)
     return backbone, pre_cfg, ckpt_path.parent

@@ -12,7 +12,7 @@ from PIL import Image
 from torchvision import datasets as tvd
 
 from solo_ext.config import ConfigError
-from solo_ext.data.datasets import build_dataset, check_data_cfg
+from solo_ext.data.datasets import build_dataset, fill_data_cfg
 from solo_ext.pretrain import run
 
 
@@ -44,7 +44,7 @@ def test_cifar(name, num_classes, tmp_path, monkeypatch):
     cfg = OmegaConf.create(
         {"data": {"dataset": name, "train_path": str(tmp_path), "val_path": str(tmp_path)}}
     )
-    check_data_cfg(cfg)
+    fill_data_cfg(cfg)
     assert cfg.data.num_classes == num_classes
     train = build_dataset(cfg.data, "train", None)
     val = build_dataset(cfg.data, "val", None)
@@ -57,7 +57,7 @@ def test_cifar(name, num_classes, tmp_path, monkeypatch):
 def test_cifar_missing_files_is_one_line(tmp_path):
     cfg = OmegaConf.create({"data": {"dataset": "cifar10", "train_path": str(tmp_path)}})
     with pytest.raises(ConfigError, match="no cifar-10-batches-py/ inside; set data.download"):
-        check_data_cfg(cfg)
+        fill_data_cfg(cfg)
 
 
 @pytest.fixture
@@ -105,7 +105,7 @@ def test_custom_num_classes_mismatch(image_folder, make_cfg):
         },
     )
     with pytest.raises(ConfigError, match="data.num_classes=5: the data has 3 classes"):
-        check_data_cfg(cfg)
+        fill_data_cfg(cfg)
 
 
 def test_wandb_offline_logging(make_cfg, monkeypatch, tmp_path):

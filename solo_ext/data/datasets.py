@@ -134,7 +134,7 @@ def _split_file(data: DictConfig, key: str) -> str:
     return path if os.path.isabs(path) else os.path.join(data.train_path, path)
 
 
-def check_data_cfg(cfg: DictConfig) -> DictConfig:
+def fill_data_cfg(cfg: DictConfig) -> DictConfig:
     """Fills ``data`` defaults and checks dataset, paths, split files and ``num_classes``
     before any work; every error is one line naming the key and the value."""
     data = cfg.data
@@ -359,7 +359,7 @@ def counts_json(data: DictConfig) -> list[int] | None:
 
 def long_tail_counts(data: DictConfig) -> list[int] | None:
     """Training images per class of a long-tailed ``data`` section checked by
-    :func:`check_data_cfg` (an image folder: its ``counts.json``); None for balanced data.
+    :func:`fill_data_cfg` (an image folder: its ``counts.json``); None for balanced data.
 
     CIFAR-LT's counts are its profile: nothing is read (or downloaded) to know them.
     """

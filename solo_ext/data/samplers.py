@@ -299,12 +299,13 @@ def build_sampler(
     return SAMPLERS[name](labels, **kwargs)
 
 
-def check_sampler_cfg(cfg: Any, total_epochs: int) -> dict[str, Any] | None:
-    """Checks ``data.sampler`` (``{name, <keys>}`` or just a name) before any work and returns
-    the ``build_sampler`` arguments (None when no sampler is configured: plain shuffling).
+def fill_sampler_cfg(cfg: Any, total_epochs: int) -> dict[str, Any] | None:
+    """Fills and checks ``data.sampler`` (``{name, <keys>}`` or just a name, written back as a
+    section) before any work and returns the ``build_sampler`` arguments (None when no sampler
+    is configured: plain shuffling).
 
-    ``progressive`` takes its ``total_epochs`` from the run's epochs unless given; the rank and
-    world size come from the trainer, not the config.
+    ``progressive`` takes its ``total_epochs`` from the run's epochs unless given (written into
+    the section); the rank and world size come from the trainer, not the config.
 
     Raises:
         ConfigError: one line naming the key and the value (the closest name of a misspelt one).

@@ -68,7 +68,7 @@ def test_cifar100_lt_builder_end_to_end(tmp_path, monkeypatch):
     cfg = OmegaConf.create(
         {"data": {"dataset": "cifar10_lt", "train_path": str(tmp_path), "imbalance_factor": 10}}
     )
-    ds.check_data_cfg(cfg)
+    ds.fill_data_cfg(cfg)
     train = ds.build_dataset(cfg.data, "train", None)
     val = ds.build_dataset(cfg.data, "val", None)
     assert train.class_counts == lt_counts(10, 10, 10)
@@ -115,7 +115,7 @@ def test_split_file_dataset(split_root):
             }
         }
     )
-    ds.check_data_cfg(cfg)
+    ds.fill_data_cfg(cfg)
     train = ds.build_dataset(cfg.data, "train", None)
     val = ds.build_dataset(cfg.data, "val", None)
     assert train.class_counts == [5, 3, 1] and val.class_counts == [2, 2, 2]
@@ -145,7 +145,7 @@ def test_split_file_errors_name_file_and_line(split_root, line, message):
 def test_missing_split_file(split_root):
     cfg = OmegaConf.create({"data": {"dataset": "places_lt", "train_path": str(split_root)}})
     with pytest.raises(ConfigError, match=r"data.train_split_file='.*Places_LT_train.txt': no"):
-        ds.check_data_cfg(cfg)
+        ds.fill_data_cfg(cfg)
 
 
 @pytest.fixture
@@ -166,7 +166,7 @@ def test_custom_lt(folder):
             }
         }
     )
-    ds.check_data_cfg(cfg)
+    ds.fill_data_cfg(cfg)
     train = ds.build_dataset(cfg.data, "train", None)
     assert train.class_counts == lt_counts(10, 3, 5) == [10, 4, 2]  # n_max = smallest class
     assert ds.build_dataset(cfg.data, "val", None).train_class_counts == [10, 4, 2]
