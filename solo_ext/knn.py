@@ -14,7 +14,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import torch
 from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
@@ -23,13 +22,6 @@ from solo_ext.config import Option, check_given
 from solo_ext.eval.common import report, split_features
 from solo_ext.eval.knn_classifier import DISTANCES, knn_predict
 from solo_ext.runs import load_for_eval
-
-
-def topk_accuracy(scores: torch.Tensor, labels: torch.Tensor) -> tuple[float, float]:
-    """acc@1 and acc@5 in percent of class scores [N, C] against labels [N]."""
-    top = scores.topk(min(5, scores.size(1)), dim=1).indices
-    hit = top.eq(labels[:, None])
-    return hit[:, 0].float().mean().item() * 100, hit.any(dim=1).float().mean().item() * 100
 
 
 def evaluate_model(

@@ -11,7 +11,7 @@ import torch.nn.functional as F
 
 from solo_ext.config import ConfigError
 from solo_ext.host import METHODS
-from solo_ext.losses.all4one import all4one_loss, info_nce, redundancy_reduction, shift_in
+from solo_ext.losses.all4one import all4one_loss, batch_info_nce, redundancy_reduction, shift_in
 from solo_ext.modules.centroid_transformer import CentroidTransformer, upstream_encoding
 from solo_ext.pretrain import parse_cfg, run
 
@@ -67,7 +67,7 @@ def test_info_nce_against_loop():
     gen = torch.Generator().manual_seed(0)
     a, c = torch.randn(5, 6, generator=gen), torch.randn(15, 6, generator=gen)
     for offset in (0, 5, 10):  # this process's rows in a gathered batch of 3 x 5
-        assert info_nce(a, c, 0.2, offset).item() == pytest.approx(
+        assert batch_info_nce(a, c, 0.2, offset).item() == pytest.approx(
             loop_info_nce(a, c, 0.2, offset), rel=1e-5
         )
 

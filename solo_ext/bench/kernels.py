@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from solo_ext.losses.all4one import all4one_objective
-from solo_ext.losses.densecl import infonce
+from solo_ext.losses.densecl import queue_info_nce
 from solo_ext.losses.dscl import dscl_loss
 from solo_ext.modules.centroid_transformer import CentroidTransformer
 
@@ -147,7 +147,7 @@ def densecl_kernel(size: dict, device: torch.device) -> Kernel:
     def ours():
         positives = torch.gather(k_dense, 2, match[:, None, :].expand(b, d, s))
         flat = q_dense.transpose(1, 2).reshape(b * s, d)
-        return infonce(flat, positives.transpose(1, 2).reshape(b * s, d), queue, valid, t)
+        return queue_info_nce(flat, positives.transpose(1, 2).reshape(b * s, d), queue, valid, t)
 
     def straightforward():  # the official code: gather on [B, D, S], einsums, concatenated logits
         indexed = torch.gather(k_dense, 2, match.unsqueeze(1).expand(-1, d, -1))

@@ -17,6 +17,7 @@ from matplotlib.figure import Figure
 
 from solo_ext.data.facts import FEW_THRESHOLD, MANY_THRESHOLD
 from solo_ext.data.longtail import SHOT_GROUPS, shot_groups
+from solo_ext.modules.knn import top1_top5_hits
 
 GROUP_COLORS = {"many": "tab:blue", "medium": "tab:orange", "few": "tab:red"}
 
@@ -106,10 +107,9 @@ def longtail_report(
     num_classes = scores.shape[1]
     counts = _check_counts(train_class_counts, num_classes)
     groups = shot_groups(counts, many_threshold, few_threshold)
-    top = scores.topk(min(5, num_classes), dim=1).indices  # [N, k]
-    correct1 = top[:, 0] == labels
+    correct1, correct5 = top1_top5_hits(scores, labels)
     report = {f"{prefix}acc1": 100.0 * correct1.double().mean().item()}
-    report[f"{prefix}acc5"] = 100.0 * (top == labels[:, None]).any(dim=1).double().mean().item()
+    report[f"{prefix}acc5"] = 100.0 * correct5.double().mean().item()
     for group in SHOT_GROUPS:
         in_group = torch.tensor([g == group for g in groups])[labels]  # [N]
         # The mean of an empty selection is NaN: the documented value for an empty group.

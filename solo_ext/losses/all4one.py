@@ -35,7 +35,7 @@ class All4OneTerms(NamedTuple):
     feature: torch.Tensor
 
 
-def info_nce(
+def batch_info_nce(
     anchors: torch.Tensor, candidates: torch.Tensor, temperature: float, offset: int = 0
 ) -> torch.Tensor:
     """Mean over anchors i [B, D] of -log softmax_j(a_i . c_j / t) at j = offset + i.
@@ -131,8 +131,8 @@ def all4one_objective(
     b = p[0].size(0)
     nn1, nn2 = neighbours
     neighbour = (
-        info_nce(nn1[:, 0], gather(p[1]), temperature, offset)
-        + info_nce(nn2[:, 0], gather(p[0]), temperature, offset)
+        batch_info_nce(nn1[:, 0], gather(p[1]), temperature, offset)
+        + batch_info_nce(nn2[:, 0], gather(p[0]), temperature, offset)
     ) / 2
     # one transformer call: the neighbours of views 1 and 2, then their shifted sequences
     sequences = torch.cat(
@@ -140,8 +140,8 @@ def all4one_objective(
     )
     rich1, rich2, shifted1, shifted2 = centroid_fn(sequences).split(b)
     centroid = (
-        info_nce(rich1, gather(shifted2), centroid_temperature, offset)
-        + info_nce(rich2, gather(shifted1), centroid_temperature, offset)
+        batch_info_nce(rich1, gather(shifted2), centroid_temperature, offset)
+        + batch_info_nce(rich2, gather(shifted1), centroid_temperature, offset)
     ) / 2
     batch = gather if gather_feature else _identity
     feature = redundancy_reduction(

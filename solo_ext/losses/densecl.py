@@ -31,7 +31,7 @@ def dense_correspondence(query_feats: torch.Tensor, key_feats: torch.Tensor) -> 
     return torch.bmm(q.transpose(1, 2), k).argmax(dim=2)
 
 
-def infonce(
+def queue_info_nce(
     q: torch.Tensor, k: torch.Tensor, queue: torch.Tensor, valid: torch.Tensor, temperature: float
 ) -> torch.Tensor:
     """Mean InfoNCE of normalised q [N, D] with positives k [N, D] and negatives queue [K, D]
@@ -77,10 +77,10 @@ def densecl_loss(
         global_valid = torch.ones(global_queue.size(0), dtype=torch.bool, device=q_global.device)
     if dense_valid is None:
         dense_valid = torch.ones(dense_queue.size(0), dtype=torch.bool, device=q_global.device)
-    global_term = infonce(q_global, k_global, global_queue, global_valid, temperature)
+    global_term = queue_info_nce(q_global, k_global, global_queue, global_valid, temperature)
     b, d, s = q_dense.shape
     matched = torch.gather(k_dense, 2, correspondence[:, None, :].expand(b, d, s))
-    dense_term = infonce(
+    dense_term = queue_info_nce(
         q_dense.transpose(1, 2).reshape(b * s, d),
         matched.transpose(1, 2).reshape(b * s, d),
         dense_queue,

@@ -30,7 +30,6 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from omegaconf import DictConfig
 
 from solo_ext.config import ConfigError, Option
@@ -127,15 +126,9 @@ class All4OneCT(MomentumQueueMethod):
         ]
 
     def forward(self, X: torch.Tensor) -> dict[str, Any]:
-        """Adds the raw projection ``proj``, its normalisation ``z`` and both predictions."""
-        out = super(MomentumQueueMethod, self).forward(X)
-        proj = self.projector(out["feats"])
-        out.update(
-            proj=proj,
-            z=F.normalize(proj, dim=-1),
-            p=self.predictor(proj),
-            p_centroid=self.centroid_predictor(proj),
-        )
+        """Adds both predictions of the projection."""
+        out = super().forward(X)
+        out.update(p=self.predictor(out["proj"]), p_centroid=self.centroid_predictor(out["proj"]))
         return out
 
     def all4one_terms(

@@ -142,8 +142,10 @@ class MomentumQueueMethod(BaseMomentumMethod):
         return super().momentum_pairs + [(self.projector, self.momentum_projector)]
 
     def forward(self, X: torch.Tensor) -> dict[str, Any]:
+        """The host's outputs plus the projection ``proj`` and its normalisation ``z``."""
         out = super().forward(X)
-        out["z"] = F.normalize(self.projector(out["feats"]), dim=-1)
+        proj = self.projector(out["feats"])
+        out.update(proj=proj, z=F.normalize(proj, dim=-1))
         return out
 
     def channels_last(self, X: torch.Tensor) -> torch.Tensor:

@@ -32,7 +32,7 @@ from omegaconf import DictConfig
 
 from solo_ext.config import Option
 from solo_ext.host import gather, initialize_momentum_params
-from solo_ext.losses.densecl import dense_correspondence, densecl_loss, infonce
+from solo_ext.losses.densecl import dense_correspondence, densecl_loss, queue_info_nce
 from solo_ext.methods.base import MomentumQueueMethod, require_spatial_map
 from solo_ext.modules.queue import KeyQueue
 
@@ -135,7 +135,8 @@ class DenseCL(MomentumQueueMethod):
         if not self.dense_enabled:  # MoCo v2
             q, k, t = out["z"], out["momentum_z"], self.temperature
             loss = sum(
-                infonce(q[qi], k[ki], queue.keys, queue.valid, t) for qi, ki, queue, _ in directions
+                queue_info_nce(q[qi], k[ki], queue.keys, queue.valid, t)
+                for qi, ki, queue, _ in directions
             ) / len(directions)
             self.check_finite({"train_global_loss": loss})
             self.log_dict(

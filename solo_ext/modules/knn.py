@@ -52,6 +52,14 @@ def knn_predict(
     return torch.cat(scores)
 
 
+def top1_top5_hits(scores: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per sample of class scores [N, C] and labels [N]: whether the top-scored class is the
+    label, and whether the label is among the 5 top-scored (all C when fewer): bool [N] each."""
+    top = scores.topk(min(5, scores.size(1)), dim=1).indices
+    hit = top.eq(labels[:, None])
+    return hit[:, 0], hit.any(dim=1)
+
+
 class WeightedKNNClassifier(Metric):
     """Online kNN: accumulates train and test features during an epoch, scores at ``compute``.
 
@@ -94,9 +102,8 @@ class WeightedKNNClassifier(Metric):
             self.T,
             self.distance_fx,
         )
-        top = scores.topk(min(5, num_classes), dim=1).indices
-        hit = top.eq(test_y[:, None])
-        acc1 = hit[:, 0].float().mean().item() * 100
-        acc5 = hit.any(dim=1).float().mean().item() * 100
+        hit1, hit5 = top1_top5_hits(scores, test_y)
+        acc1 = hit1.float().mean().item() * 100
+        acc5 = hit5.float().mean().item() * 100
         self.reset()
         return acc1, acc5
