@@ -67,15 +67,25 @@ RUN_OPTIONS: dict[str, Option] = {
     "optimizer.classifier_lr": Option(0.1, "float", 0, low_open=True),
     "optimizer.weight_decay": Option(0.0, "float", 0),
     "optimizer.kwargs.momentum": Option(0.9, "float", 0, 1, high_open=True),
+    "optimizer.exclude_bias_n_norm_wd": Option(False, "bool"),
+    "scheduler.interval": Option("step", "str", choices=("step", "epoch")),
     "scheduler.warmup_epochs": Option(10, "float", 0),
     "scheduler.min_lr": Option(0.0, "float", 0),
     "scheduler.warmup_start_lr": Option(3e-5, "float", 0),
     "momentum.base_tau": Option(0.99, "float", 0, 1),
     "momentum.final_tau": Option(1.0, "float", 0, 1),
+    "checkpoint.enabled": Option(True, "bool"),
     "checkpoint.frequency": Option(1, "int", 1),
+    "checkpoint.keep_prev": Option(False, "bool"),
+    "knn_eval.enabled": Option(False, "bool"),
     "knn_eval.k": Option(20, "int", 1),
     "knn_eval.distance_func": Option("euclidean", "str", choices=DISTANCES),
+    "auto_resume.enabled": Option(False, "bool"),
     "auto_resume.max_hours": Option(36, "float", 0, low_open=True),
+    "wandb.enabled": Option(False, "bool"),
+    "wandb.offline": Option(False, "bool"),
+    "performance.disable_channel_last": Option(False, "bool"),
+    "debug_augmentations": Option(False, "bool"),
     "num_nodes": Option(1, "int", 1),
     "accumulate_grad_batches": Option(1, "int", 1),
     "log_every_n_steps": Option(50, "int", 1),
@@ -135,6 +145,25 @@ def check_backbone_kwargs(cfg: DictConfig) -> None:
                 f"backbone.kwargs={given!r}: not taken by backbone.name={cfg.backbone.name!r} "
                 f"({err})"
             ) from None
+
+
+def check_optimizer_kwargs(cfg: DictConfig, optimizers: dict[str, Any]) -> None:
+    """``optimizer.kwargs`` go to the optimizer's constructor (torch's, LARS) as the host builds
+    it: it is tried once on a single parameter, so a keyword it does not take, or a value it
+    refuses, is one line now instead of a traceback when training starts."""
+    kwargs = OmegaConf.to_container(cfg.optimizer.kwargs)
+    try:
+        optimizers[cfg.optimizer.name](
+            [torch.nn.Parameter(torch.zeros(1))],
+            lr=cfg.optimizer.lr,
+            weight_decay=cfg.optimizer.weight_decay,
+            **kwargs,
+        )
+    except (TypeError, ValueError) as err:
+        raise ConfigError(
+            f"optimizer.kwargs={kwargs!r}: not taken by optimizer.name={cfg.optimizer.name!r} "
+            f"({err})"
+        ) from None
 
 
 def parse_cfg(cfg: DictConfig) -> DictConfig:
@@ -218,6 +247,7 @@ def parse_cfg(cfg: DictConfig) -> DictConfig:
     if cfg.optimizer.name in ("sgd", "lars"):
         cfg.optimizer.kwargs.momentum = omegaconf_select(cfg, "optimizer.kwargs.momentum", 0.9)
     cfg.optimizer.weight_decay = omegaconf_select(cfg, "optimizer.weight_decay", 0.0)
+    check_optimizer_kwargs(cfg, method_cls._OPTIMIZERS)
 
     # the method's own defaults and checks, still before any work
     try:

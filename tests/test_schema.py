@@ -221,3 +221,21 @@ def test_a_start_checks_each_declared_key_once(method, make_cfg, monkeypatch):
     twice = sorted({key for key in checked if checked.count(key) > 1})
     assert not twice, twice
     assert {f"method_kwargs.{k}" for k in METHODS[method].METHOD_KWARGS} <= set(checked)
+
+
+@pytest.mark.parametrize(
+    "kwargs,refused",
+    [({"nesterovv": True}, "nesterovv"), ({"dampening": 0.5, "nesterov": True}, "dampening")],
+)
+def test_optimizer_keywords_are_tried_before_the_start(kwargs, refused, tmp_path):
+    """``optimizer.kwargs`` go to torch's optimizer: one it does not take (a misspelt keyword,
+    or nesterov with dampening, which SGD refuses) stops the start in one line."""
+    ckpt_dir = tmp_path / "trained_models"
+    cfg = tiny_cfg("scl", tmp_path, **{"checkpoint.dir": str(ckpt_dir)})
+    cfg.optimizer.kwargs = kwargs
+    with pytest.raises(ConfigError) as info:
+        run(cfg)
+    message = str(info.value)
+    assert message.startswith("optimizer.kwargs=") and refused in message, message
+    assert "not taken by optimizer.name='sgd'" in message and "\n" not in message
+    assert not ckpt_dir.exists()
