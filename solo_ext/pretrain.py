@@ -42,7 +42,11 @@ from solo_ext.data.datasets import (
     train_class_counts,
 )
 from solo_ext.data.samplers import build_sampler, fill_sampler_cfg
-from solo_ext.data.transforms import build_eval_transform, build_pretrain_transform
+from solo_ext.data.transforms import (
+    build_eval_transform,
+    build_pretrain_transform,
+    check_augmentations,
+)
 from solo_ext.host import BACKBONES, METHODS, build_backbone, omegaconf_select
 from solo_ext.modules.knn import DISTANCES
 from solo_ext.registry import register
@@ -227,6 +231,7 @@ def parse_cfg(cfg: DictConfig) -> DictConfig:
     augs = cfg.augmentations
     for i in range(len(augs)):
         require(cfg, f"augmentations.{i}.crop_size", f"augmentations.{i}.num_crops")
+    check_augmentations(cfg)
     if cfg.backbone.name.startswith("vit"):  # a crop must hold at least one patch
         patch = omegaconf_select(cfg, "backbone.kwargs.patch_size", 16)
         for i, aug in enumerate(augs):

@@ -15,6 +15,7 @@ from conftest import eval_cfg, tiny_cfg
 from solo_ext.config import ConfigError, Option
 from solo_ext.data.datasets import DATA_KEYS
 from solo_ext.data.samplers import SAMPLER_OPTIONS
+from solo_ext.data.transforms import AUGMENTATION_OPTIONS
 from solo_ext.host import METHODS
 from solo_ext.pretrain import BACKBONE_OPTIONS, RUN_OPTIONS, parse_cfg, run
 from solo_ext.registry import SOLO_EXT_METHODS, register
@@ -239,3 +240,28 @@ def test_optimizer_keywords_are_tried_before_the_start(kwargs, refused, tmp_path
     assert message.startswith("optimizer.kwargs=") and refused in message, message
     assert "not taken by optimizer.name='sgd'" in message and "\n" not in message
     assert not ckpt_dir.exists()
+
+
+AUG_CASES = [
+    (f"augmentations.0.{key}", value)
+    for key, option in AUGMENTATION_OPTIONS.items()
+    for value in option.invalid_examples()
+]
+
+
+@pytest.mark.parametrize("key,value", AUG_CASES, ids=[f"{k}-{v!r}" for k, v in AUG_CASES])
+def test_an_augmentation_key_outside_its_declaration_stops_the_start(key, value, tmp_path):
+    """Each ``augmentations`` entry's keys that solo-ext's pipelines read (crop, scale range,
+    colour, blur, flip): one line naming the entry's key, before the run directory exists."""
+    ckpt_dir = tmp_path / "trained_models"
+    with pytest.raises(ConfigError) as info:
+        run(tiny_cfg("scl", tmp_path, **{key: value, "checkpoint.dir": str(ckpt_dir)}))
+    assert_one_line(info.value, key, value)
+    assert not ckpt_dir.exists()
+
+
+def test_a_crop_scale_range_upside_down_stops_the_start(tmp_path):
+    cfg = tiny_cfg("scl", tmp_path, **{"augmentations.0.rrc.crop_min_scale": 0.9})
+    cfg.augmentations[0].rrc.crop_max_scale = 0.5
+    with pytest.raises(ConfigError, match=r"^augmentations.0.rrc.crop_min_scale=0.9: above "):
+        parse_cfg(cfg)

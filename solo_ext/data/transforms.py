@@ -9,8 +9,48 @@ import torch
 from omegaconf import DictConfig
 from torchvision import transforms as T
 
-from solo_ext.config import select
+from solo_ext.config import ConfigError, Option, check_given, select
 from solo_ext.data.facts import facts
+
+_PROB = {"kind": "float", "low": 0, "high": 1}
+# the keys of one ``augmentations`` entry that solo-ext's pipelines read, declared once (their
+# defaults are solo-learn's)
+AUGMENTATION_OPTIONS: dict[str, Option] = {
+    "crop_size": Option(None, "int", 1),
+    "num_crops": Option(None, "int", 1),
+    "rrc.enabled": Option(True, "bool"),
+    "rrc.crop_min_scale": Option(0.08, "float", 0, 1, low_open=True),
+    "rrc.crop_max_scale": Option(1.0, "float", 0, 1, low_open=True),
+    "color_jitter.prob": Option(0.0, **_PROB),
+    "color_jitter.brightness": Option(0.4, "float", 0),
+    "color_jitter.contrast": Option(0.4, "float", 0),
+    "color_jitter.saturation": Option(0.2, "float", 0),
+    "color_jitter.hue": Option(0.1, "float", 0, 0.5),
+    "grayscale.prob": Option(0.0, **_PROB),
+    "gaussian_blur.prob": Option(None, nullable=True, **_PROB),  # None: gaussian_prob
+    "gaussian_prob": Option(0.0, **_PROB),
+    "solarization.prob": Option(0.0, **_PROB),
+    "equalization.prob": Option(0.0, **_PROB),
+    "horizontal_flip.prob": Option(0.5, **_PROB),
+}
+
+
+def _get(aug: DictConfig, key: str) -> Any:
+    """``aug.<key>``, or its declared default."""
+    return select(aug, key, AUGMENTATION_OPTIONS[key].default)
+
+
+def check_augmentations(cfg: DictConfig) -> None:
+    """Every given key of every ``augmentations`` entry against its declaration, and each
+    entry's crop scale range; one line naming the key and the value."""
+    for i, aug in enumerate(cfg.augmentations):
+        check_given(cfg, {f"augmentations.{i}.{k}": o for k, o in AUGMENTATION_OPTIONS.items()})
+        low, high = crop_scale(aug)
+        if low > high:
+            raise ConfigError(
+                f"augmentations.{i}.rrc.crop_min_scale={low}: above "
+                f"augmentations.{i}.rrc.crop_max_scale={high}"
+            )
 
 
 def normalize(dataset: str, aug: DictConfig | None = None) -> T.Normalize:
@@ -26,43 +66,39 @@ def normalize(dataset: str, aug: DictConfig | None = None) -> T.Normalize:
 def photometric_ops(aug: DictConfig, size: int) -> list[Any]:
     """The colour part of one ``augmentations`` entry (jitter, grayscale, blur, solarization,
     equalization), for images ``size`` px wide (the blur kernel follows the size)."""
-    sel = lambda key, default: select(aug, key, default)  # noqa: E731
     ops: list[Any] = []
-    if sel("color_jitter.prob", 0.0) > 0:
+    if _get(aug, "color_jitter.prob") > 0:
         jitter = T.ColorJitter(
-            sel("color_jitter.brightness", 0.4),
-            sel("color_jitter.contrast", 0.4),
-            sel("color_jitter.saturation", 0.2),
-            sel("color_jitter.hue", 0.1),
+            _get(aug, "color_jitter.brightness"),
+            _get(aug, "color_jitter.contrast"),
+            _get(aug, "color_jitter.saturation"),
+            _get(aug, "color_jitter.hue"),
         )
-        ops.append(T.RandomApply([jitter], p=sel("color_jitter.prob", 0.0)))
-    ops.append(T.RandomGrayscale(p=sel("grayscale.prob", 0.0)))
-    blur_p = sel("gaussian_blur.prob", sel("gaussian_prob", 0.0))
+        ops.append(T.RandomApply([jitter], p=_get(aug, "color_jitter.prob")))
+    ops.append(T.RandomGrayscale(p=_get(aug, "grayscale.prob")))
+    blur_p = select(aug, "gaussian_blur.prob", _get(aug, "gaussian_prob"))
     if blur_p > 0:
         kernel = max(3, int(0.1 * size) // 2 * 2 + 1)
         ops.append(T.RandomApply([T.GaussianBlur(kernel, sigma=(0.1, 2.0))], p=blur_p))
-    if sel("solarization.prob", 0.0) > 0:
-        ops.append(T.RandomSolarize(128, p=sel("solarization.prob", 0.0)))
-    if sel("equalization.prob", 0.0) > 0:
-        ops.append(T.RandomEqualize(p=sel("equalization.prob", 0.0)))
+    if _get(aug, "solarization.prob") > 0:
+        ops.append(T.RandomSolarize(128, p=_get(aug, "solarization.prob")))
+    if _get(aug, "equalization.prob") > 0:
+        ops.append(T.RandomEqualize(p=_get(aug, "equalization.prob")))
     return ops
 
 
 def crop_scale(aug: DictConfig) -> tuple[float, float]:
-    return (
-        select(aug, "rrc.crop_min_scale", 0.08),
-        select(aug, "rrc.crop_max_scale", 1.0),
-    )
+    return _get(aug, "rrc.crop_min_scale"), _get(aug, "rrc.crop_max_scale")
 
 
 def flip_prob(aug: DictConfig) -> float:
-    return select(aug, "horizontal_flip.prob", 0.5)
+    return _get(aug, "horizontal_flip.prob")
 
 
 def build_augmentation(dataset: str, aug: DictConfig) -> Callable:
     """One view's augmentation from one entry of solo-learn's ``augmentations`` list."""
     size = aug.crop_size
-    if select(aug, "rrc.enabled", True):
+    if _get(aug, "rrc.enabled"):
         crop: Any = T.RandomResizedCrop(
             size, scale=crop_scale(aug), interpolation=T.InterpolationMode.BICUBIC
         )
