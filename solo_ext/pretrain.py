@@ -131,24 +131,33 @@ def warn_unknown_keys(cfg: DictConfig) -> None:
             warnings.warn(f"config key {key!r} is not used by solo-ext{close}", stacklevel=2)
 
 
+def _try_constructor(section: str, name: str, given: dict, build: Any) -> None:
+    """Calls ``build()``; a keyword the constructor does not take, or a value it refuses, is a
+    one-line error naming ``<section>.kwargs`` and ``<section>.name``."""
+    try:
+        build()
+    except (TypeError, ValueError) as err:
+        raise ConfigError(
+            f"{section}.kwargs={given!r}: not taken by {section}.name={name!r} ({err})"
+        ) from None
+
+
 def check_backbone_kwargs(cfg: DictConfig) -> None:
     """``backbone.kwargs`` reach the backbone's constructor (torchvision's, timm's): the backbone
     is built once on the meta device (no memory, no weights), so a keyword it does not take is
     one line now, not a traceback from inside the method."""
     kwargs = omegaconf_select(cfg, "backbone.kwargs", None)
     kwargs = {} if kwargs is None else OmegaConf.to_container(kwargs)
+    # (solo-ext's own keys are declared and checked before; the message shows the others)
+    given = {k: v for k, v in kwargs.items() if f"backbone.kwargs.{k}" not in BACKBONE_OPTIONS}
     with torch.device("meta"), warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        try:
-            build_backbone(cfg.backbone.name, cfg.method, cfg.data.dataset, kwargs)
-        except TypeError as err:  # (solo-ext's own keys are declared and checked above)
-            given = {
-                k: v for k, v in kwargs.items() if f"backbone.kwargs.{k}" not in BACKBONE_OPTIONS
-            }
-            raise ConfigError(
-                f"backbone.kwargs={given!r}: not taken by backbone.name={cfg.backbone.name!r} "
-                f"({err})"
-            ) from None
+        _try_constructor(
+            "backbone",
+            cfg.backbone.name,
+            given,
+            lambda: build_backbone(cfg.backbone.name, cfg.method, cfg.data.dataset, kwargs),
+        )
 
 
 def check_optimizer_kwargs(cfg: DictConfig, optimizers: dict[str, Any]) -> None:
@@ -156,18 +165,15 @@ def check_optimizer_kwargs(cfg: DictConfig, optimizers: dict[str, Any]) -> None:
     it: it is tried once on a single parameter, so a keyword it does not take, or a value it
     refuses, is one line now instead of a traceback when training starts."""
     kwargs = OmegaConf.to_container(cfg.optimizer.kwargs)
-    try:
-        optimizers[cfg.optimizer.name](
-            [torch.nn.Parameter(torch.zeros(1))],
-            lr=cfg.optimizer.lr,
-            weight_decay=cfg.optimizer.weight_decay,
-            **kwargs,
-        )
-    except (TypeError, ValueError) as err:
-        raise ConfigError(
-            f"optimizer.kwargs={kwargs!r}: not taken by optimizer.name={cfg.optimizer.name!r} "
-            f"({err})"
-        ) from None
+    opt = cfg.optimizer
+    _try_constructor(
+        "optimizer",
+        opt.name,
+        kwargs,
+        lambda: optimizers[opt.name](
+            [torch.nn.Parameter(torch.zeros(1))], lr=opt.lr, weight_decay=opt.weight_decay, **kwargs
+        ),
+    )
 
 
 def parse_cfg(cfg: DictConfig) -> DictConfig:

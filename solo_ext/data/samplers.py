@@ -271,6 +271,17 @@ SAMPLER_KWARGS: dict[str, dict[str, Any]] = {
 }
 
 
+def _check_keys(name: str, kwargs: dict[str, Any], valid_keys: Any) -> None:
+    """Every key of ``kwargs`` is one of sampler ``name``'s (the closest one named if not)."""
+    valid = sorted(valid_keys)
+    for key, value in kwargs.items():
+        if key not in valid:
+            raise ConfigError(
+                f"data.sampler.{key}={value!r}: not a key of sampler {name!r}; "
+                f"valid keys: {valid}{did_you_mean(key, valid)}"
+            )
+
+
 def build_sampler(
     name: str, labels: Sequence[int] | torch.Tensor, **kwargs: Any
 ) -> LongTailSampler:
@@ -289,13 +300,7 @@ def build_sampler(
     if name not in SAMPLERS:
         hint = did_you_mean(str(name), names)
         raise ValueError(f"data.sampler.name={name!r}: not one of {names}{hint}")
-    valid = sorted({*SAMPLER_COMMON_KWARGS, *SAMPLER_KWARGS[name]})
-    for key in kwargs:
-        if key not in valid:
-            raise ValueError(
-                f"data.sampler.{key}={kwargs[key]!r}: not a key of sampler {name!r}; "
-                f"valid keys: {valid}{did_you_mean(key, valid)}"
-            )
+    _check_keys(name, kwargs, {*SAMPLER_COMMON_KWARGS, *SAMPLER_KWARGS[name]})
     return SAMPLERS[name](labels, **kwargs)
 
 
@@ -327,13 +332,8 @@ def fill_sampler_cfg(cfg: Any, total_epochs: int) -> dict[str, Any] | None:
     name = section.get("name")
     check_choice("data.sampler.name", name, SAMPLERS)
     options = SAMPLER_OPTIONS[name]
+    _check_keys(name, kwargs, options)
     for key, value in kwargs.items():
-        if key not in options:
-            valid = sorted(options)
-            raise ConfigError(
-                f"data.sampler.{key}={value!r}: not a key of sampler {name!r}; "
-                f"valid keys: {valid}{did_you_mean(key, valid)}"
-            )
         options[key].check(f"data.sampler.{key}", value)
     kwargs = {k: v for k, v in kwargs.items() if v is not None}
     if name == "progressive" and kwargs.get("total_epochs") is None:
