@@ -5,7 +5,10 @@
   and gradients on its half of a fixed 2B batch, next to the single-process loss and gradients
   of the whole batch;
 - ``runs``: for every registered method, a Lightning DDP fit of a few steps: the queue /
-  support-set buffers, a digest of the momentum weights, and the dataset indexes this rank drew.
+  support-set buffers, a digest of the momentum weights, and the dataset indexes this rank drew;
+- ``metrics``: the online kNN (plain and with the Many / Medium / Few report) and the shot-group
+  accuracy of solo-learn's linear model, each fed this rank's unequal share of fixed features,
+  then computed (synced over the ranks).
 """
 
 from __future__ import annotations
@@ -202,6 +205,62 @@ def training_runs(out_dir: Path, rank: int) -> dict:
     return runs
 
 
+# the online metrics' inputs: a rank's share of the train / test rows (unequal on purpose, as
+# at the end of an epoch), each share fed in two updates
+KNN_SPLIT = {"train": (37, 60), "test": (9, 15)}
+
+
+def knn_inputs() -> dict[str, torch.Tensor]:
+    """Fixed features of 4 long-tailed classes around 4 centres (the kNN is neither always
+    right nor always wrong on them), with the training counts of their classes."""
+    gen = torch.Generator().manual_seed(7)
+    centres = torch.randn(4, D, generator=gen)
+    train_y = torch.tensor([0] * 30 + [1] * 16 + [2] * 10 + [3] * 4)
+    test_y = torch.arange(4).repeat(4)[:15]
+    noise = 1.2
+    return {
+        "train_x": centres[train_y] + noise * torch.randn(60, D, generator=gen),
+        "train_y": train_y,
+        "test_x": centres[test_y] + noise * torch.randn(15, D, generator=gen),
+        "test_y": test_y,
+        "counts": torch.bincount(train_y),
+        "logits": torch.randn(15, 4, generator=gen),
+    }
+
+
+def rank_rows(kind: str, rank: int) -> slice:
+    cut, end = KNN_SPLIT[kind]
+    return slice(0, cut) if rank == 0 else slice(cut, end)
+
+
+def metric_checks(rank: int) -> dict:
+    """Each online metric fed this rank's share, then computed over both ranks."""
+    from solo_ext.eval.knn_classifier import LongTailKNN
+    from solo_ext.eval.shot_accuracy import ShotGroupAccuracy
+    from solo_ext.modules.knn import WeightedKNNClassifier
+
+    x = knn_inputs()
+    train, test = rank_rows("train", rank), rank_rows("test", rank)
+    counts = x["counts"].tolist()
+    knns = {
+        "knn": WeightedKNNClassifier(k=5, T=0.1, distance_fx="cosine"),
+        "lt_knn": LongTailKNN(counts, many_threshold=20, few_threshold=5, k=5, T=0.1),
+    }
+    results = {}
+    for name, metric in knns.items():
+        for rows in (slice(train.start, train.start + 5), slice(train.start + 5, train.stop)):
+            metric.update(train_features=x["train_x"][rows], train_targets=x["train_y"][rows])
+        for rows in (slice(test.start, test.start + 2), slice(test.start + 2, test.stop)):
+            metric.update(test_features=x["test_x"][rows], test_targets=x["test_y"][rows])
+        results[name] = metric.compute()
+        metric.reset()
+        results[f"{name}_after_reset"] = metric.compute()
+    shots = ShotGroupAccuracy(counts, many_threshold=20, few_threshold=5)
+    shots.update(x["logits"][test], x["test_y"][test])
+    results["shots"] = {k: float(v) for k, v in shots.compute().items()}
+    return results
+
+
 def main() -> None:
     import faulthandler
 
@@ -212,6 +271,7 @@ def main() -> None:
     result = {"runs": training_runs(out_dir, rank)}  # Lightning sets up the process group
     assert dist.is_initialized() and dist.get_backend() == "gloo"
     result["losses"] = loss_checks(rank, dist.get_world_size())
+    result["metrics"] = metric_checks(rank)
     torch.save(result, out_dir / f"rank{rank}.pt")
 
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import torch
-
 from solo_ext.data.facts import FEW_THRESHOLD, MANY_THRESHOLD
 from solo_ext.modules.knn import DISTANCES, WeightedKNNClassifier, knn_predict
 
@@ -13,9 +11,14 @@ __all__ = ["DISTANCES", "LongTailKNN", "WeightedKNNClassifier", "knn_predict"]
 class LongTailKNN(WeightedKNNClassifier):
     """Online kNN that reports overall and Many / Medium / Few accuracy (percent).
 
+    ``compute`` returns ``{prefix}acc1``, ``{prefix}acc5`` and ``{prefix}acc1_many`` / ``_medium``
+    / ``_few`` (empty before both kinds of features have been seen), over the features of every
+    process (torchmetrics syncs the states before ``compute``).
+
     Args:
         train_class_counts: training images per class, which decide the shot groups.
         many_threshold, few_threshold: the group boundaries (see ``solo_ext.data.longtail``).
+        prefix: of the report's keys.
     """
 
     def __init__(
@@ -26,34 +29,24 @@ class LongTailKNN(WeightedKNNClassifier):
         k: int = 20,
         T: float = 0.07,
         distance_fx: str = "cosine",
+        prefix: str = "val_knn_",
     ):
         super().__init__(k=k, T=T, distance_fx=distance_fx)
         self.train_class_counts = list(train_class_counts)
         self.many_threshold, self.few_threshold = many_threshold, few_threshold
+        self.prefix = prefix
 
-    def compute_report(self, prefix: str = "val_knn_") -> dict[str, float]:
+    def compute(self) -> dict[str, float]:
         from solo_ext.eval.longtail import longtail_report
 
-        if not self.train_features or not self.test_features:
+        scored = self.scores(len(self.train_class_counts))
+        if scored is None:
             return {}
-        cat = lambda xs: torch.cat(xs) if isinstance(xs, list) else xs  # noqa: E731
-        test_y = cat(self.test_targets)
-        scores = knn_predict(
-            cat(self.train_features),
-            cat(self.train_targets),
-            cat(self.test_features),
-            len(self.train_class_counts),
-            self.k,
-            self.T,
-            self.distance_fx,
-        )
-        self.reset()
         report = longtail_report(
-            scores,
-            test_y,
+            *scored,
             self.train_class_counts,
             self.many_threshold,
             self.few_threshold,
-            prefix=prefix,
+            prefix=self.prefix,
         )
-        return {k: v for k, v in report.items() if not k.startswith(f"{prefix}num_")}
+        return {k: v for k, v in report.items() if not k.startswith(f"{self.prefix}num_")}

@@ -206,15 +206,19 @@ class MomentumQueueMethod(BaseMomentumMethod):
         """Feeds the long-tail online kNN with the first crop's features."""
         if self.lt_knn is not None:
             labelled = batch[2] != -1
-            self.lt_knn(train_features=out["feats"][0][labelled], train_targets=batch[2][labelled])
+            self.lt_knn.update(
+                train_features=out["feats"][0][labelled], train_targets=batch[2][labelled]
+            )
 
     def base_validation_step(self, X: torch.Tensor, targets: torch.Tensor) -> dict[str, Any]:
         out = super().base_validation_step(X, targets)
         if self.lt_knn is not None and not self.trainer.sanity_checking:
-            self.lt_knn(test_features=out["feats"], test_targets=targets)
+            self.lt_knn.update(test_features=out["feats"], test_targets=targets)
         return out
 
     def on_validation_epoch_end(self) -> None:
         super().on_validation_epoch_end()
         if self.lt_knn is not None and not self.trainer.sanity_checking:
-            self.log_dict(self.lt_knn.compute_report(), sync_dist=True)
+            # computed on the features of every process (the same on each), then emptied
+            self.log_dict(self.lt_knn.compute(), sync_dist=True)
+            self.lt_knn.reset()

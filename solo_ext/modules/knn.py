@@ -8,6 +8,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torchmetrics import Metric
+from torchmetrics.utilities.data import dim_zero_cat
 
 DISTANCES = ("cosine", "euclidean")
 
@@ -60,10 +61,26 @@ def top1_top5_hits(scores: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Te
     return hit[:, 0], hit.any(dim=1)
 
 
+def state_tensor(state: list[torch.Tensor] | torch.Tensor) -> torch.Tensor | None:
+    """A ``cat`` list state as one tensor, None when it holds nothing.
+
+    torchmetrics keeps such a state as a list of tensors on one process and as one tensor once
+    it has been synced across processes (``compute`` under DDP): both are read here.
+    """
+    if isinstance(state, list | tuple) and len(state) == 0:
+        return None
+    state = dim_zero_cat(state)
+    return state if state.numel() else None
+
+
 class WeightedKNNClassifier(Metric):
     """Online kNN: accumulates train and test features during an epoch, scores at ``compute``.
 
-    ``compute`` returns (acc@1, acc@5) in percent, like solo-learn's metric of the same name.
+    ``compute`` returns (acc@1, acc@5) in percent, like solo-learn's metric of the same name,
+    (-1, -1) before both kinds of features have been seen. Under distributed training it scores
+    the features of all processes (torchmetrics syncs the states first), so two processes that
+    split the features give what one process given all of them gives. It does not reset: the
+    caller does (``reset()``), after every process has computed.
     """
 
     full_state_update = False
@@ -86,24 +103,23 @@ class WeightedKNNClassifier(Metric):
             self.test_features.append(test_features.detach())
             self.test_targets.append(test_targets.detach())
 
-    def compute(self) -> tuple[float, float]:
-        if not self.train_features or not self.test_features:
-            return -1.0, -1.0
-        cat = lambda xs: torch.cat(xs) if isinstance(xs, list) else xs  # noqa: E731
-        train_y = cat(self.train_targets)
-        test_y = cat(self.test_targets)
-        num_classes = int(max(train_y.max(), test_y.max()).item()) + 1
+    def scores(self, num_classes: int | None = None) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """(class scores [M, C] of the test features, their labels [M]); None while the train
+        or test features are missing. ``num_classes``: C (default: the largest label + 1)."""
+        train_x, test_x = state_tensor(self.train_features), state_tensor(self.test_features)
+        if train_x is None or test_x is None:
+            return None
+        train_y, test_y = dim_zero_cat(self.train_targets), dim_zero_cat(self.test_targets)
+        if num_classes is None:
+            num_classes = int(max(train_y.max(), test_y.max()).item()) + 1
         scores = knn_predict(
-            cat(self.train_features),
-            train_y,
-            cat(self.test_features),
-            num_classes,
-            self.k,
-            self.T,
-            self.distance_fx,
+            train_x, train_y, test_x, num_classes, self.k, self.T, self.distance_fx
         )
-        hit1, hit5 = top1_top5_hits(scores, test_y)
-        acc1 = hit1.float().mean().item() * 100
-        acc5 = hit5.float().mean().item() * 100
-        self.reset()
-        return acc1, acc5
+        return scores, test_y
+
+    def compute(self) -> tuple[float, float]:
+        scored = self.scores()
+        if scored is None:
+            return -1.0, -1.0
+        hit1, hit5 = top1_top5_hits(*scored)
+        return hit1.float().mean().item() * 100, hit5.float().mean().item() * 100

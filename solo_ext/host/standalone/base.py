@@ -245,7 +245,7 @@ class BaseMethod(pl.LightningModule):
             labels = targets.repeat(self.num_large_crops)
             keep = labels != -1
             feats = torch.cat(outs["feats"][: self.num_large_crops])
-            self.knn(train_features=feats[keep].detach(), train_targets=labels[keep])
+            self.knn.update(train_features=feats[keep].detach(), train_targets=labels[keep])
         return outs
 
     def base_validation_step(self, X: torch.Tensor, targets: torch.Tensor) -> dict[str, Any]:
@@ -257,7 +257,7 @@ class BaseMethod(pl.LightningModule):
         X, targets = batch
         out = self.base_validation_step(X, targets)
         if self.knn_eval and not self.trainer.sanity_checking:
-            self.knn(test_features=out.pop("feats").detach(), test_targets=targets.detach())
+            self.knn.update(test_features=out.pop("feats").detach(), test_targets=targets.detach())
         metrics = {
             "batch_size": targets.size(0),
             "val_loss": out["loss"],
@@ -278,7 +278,8 @@ class BaseMethod(pl.LightningModule):
     def on_validation_epoch_end(self) -> None:
         log_dict = self._validation_log()
         if self.knn_eval and not self.trainer.sanity_checking:
-            acc1, acc5 = self.knn.compute()
+            acc1, acc5 = self.knn.compute()  # over the features of every process
+            self.knn.reset()
             log_dict.update({"val_knn_acc1": acc1, "val_knn_acc5": acc5})
         self.log_dict(log_dict, sync_dist=True)
         self.validation_step_outputs.clear()
