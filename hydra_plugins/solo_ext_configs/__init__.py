@@ -40,9 +40,18 @@ def scripts_dir() -> Path | None:
     return None
 
 
+# ``python -m solo_ext.<module>``: sys.argv[0] is the module's file
+MODULES = {"pretrain.py": "pretrain", "linear.py": "linear", "knn.py": "knn"}
+
+
 def configs_for(argv0: str) -> Path | None:
     """The config directory for the script ``argv0``, None for any other application."""
     kind = SCRIPTS.get(os.path.basename(argv0))
+    if kind is None and os.path.basename(argv0) in MODULES:
+        import solo_ext
+
+        if Path(argv0).resolve().parent == Path(solo_ext.__file__).resolve().parent:
+            kind = MODULES[os.path.basename(argv0)]
     if kind is None or os.environ.get("SOLO_EXT_AUTOLOAD", "1") == "0":
         return None
     root = scripts_dir()

@@ -1,0 +1,88 @@
+"""Whole runs on two processes, as a user starts them: ``solo-ext-pretrain --config-name
+synthetic-lt/<method> devices=2 strategy=ddp`` (gloo on CPU), with the shipped config's
+validation and online kNN, to the end: checkpoint, ``args.json``, the online Many / Medium / Few
+kNN in the logs and the final kNN in ``metrics.json``, all in one run directory.
+
+(``test_distributed.py`` checks the losses, buffers and metrics of two processes against one;
+``test_solo_learn_scripts.py`` runs the same through solo-learn's ``main_pretrain.py``.)
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from solo_ext.registry import SOLO_EXT_METHODS
+
+SHOT_GROUPS = ("many", "medium", "few")
+
+
+def pretrain_two_processes(method: str, cwd: Path) -> subprocess.CompletedProcess:
+    """The shipped synthetic-lt config on two CPU processes, one epoch of 4 steps a rank."""
+    args = [
+        "--config-name",
+        f"synthetic-lt/{method}",
+        "devices=2",
+        "strategy=ddp",
+        "max_epochs=1",
+        "++limit_train_batches=4",
+        "++enable_progress_bar=false",
+    ]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
+    return subprocess.run(
+        [str(Path(sys.executable).with_name("solo-ext-pretrain")), *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+
+def finite(value: str | float) -> bool:
+    return value not in ("", None) and math.isfinite(float(value))
+
+
+@pytest.mark.parametrize("method", sorted(SOLO_EXT_METHODS))
+def test_a_two_process_run_finishes_with_its_long_tail_knn(method, tmp_path):
+    proc = pretrain_two_processes(method, tmp_path)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    # one run directory, written by the first process, whatever the second one named its own
+    (run_dir,) = (tmp_path / "trained_models" / method).iterdir()
+    assert {p.name for p in run_dir.iterdir()} >= {"args.json", "metrics.json", "logs"}
+    assert len(list(run_dir.glob("*.ckpt"))) == 1
+    args = json.loads((run_dir / "args.json").read_text())
+    assert args["devices"] == 2 and args["strategy"] == "ddp"
+    # the final kNN on the first process, over the whole training and validation split
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    assert metrics["num_val"] == 20 * 20
+    for group in SHOT_GROUPS:
+        assert finite(metrics[f"knn_acc1_{group}"]), metrics
+    # the online kNN of the validation epoch, over the features of both processes
+    with open(run_dir / "logs" / "metrics.csv") as f:
+        rows = [row for row in csv.DictReader(f) if finite(row.get("val_knn_acc1", ""))]
+    assert len(rows) == 1
+    for group in SHOT_GROUPS:
+        assert finite(rows[0][f"val_knn_acc1_{group}"]), rows[0]
+
+
+def test_python_m_finds_the_shipped_configs(tmp_path):
+    """``python -m solo_ext.pretrain`` (the README's other spelling, and how Lightning restarts
+    the command on the second process) reads the same configs as ``solo-ext-pretrain``."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "solo_ext.pretrain", "--config-name", "synthetic-lt/pbsd"]
+        + ["--cfg", "job"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "method: pbsd" in proc.stdout
