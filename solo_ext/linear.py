@@ -13,8 +13,9 @@ classifier with ``class_balanced``). Overall and Many / Medium / Few accuracy go
 It also takes solo-learn's linear configs (``scripts/linear``, the ones ``main_linear.py``
 reads): ``pretrained_feature_extractor`` names the checkpoint, ``optimizer.lr`` is given per 256
 images and scaled by the batch as solo-learn does, and the keys in :data:`SOLO_LINEAR_KEYS` are
-accepted without being used (a frozen-feature probe needs no backbone settings, scheduler,
-strategy or checkpointing).
+accepted without being used (a frozen-feature probe needs no scheduler, strategy or
+checkpointing). The backbone is the run's (``args.json``): a ``backbone.name`` or
+``backbone.kwargs`` value given here that differs from the run's stops in one line naming both.
 """
 
 from __future__ import annotations

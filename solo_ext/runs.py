@@ -15,6 +15,7 @@ from solo_ext.checkpoint import find_checkpoint, read_checkpoint
 from solo_ext.config import ConfigError, check_given
 from solo_ext.data.datasets import DATA_KEYS, fill_data_cfg
 from solo_ext.host import build_backbone
+from solo_ext.run_backbone import merge_run_backbone
 
 
 def load_run(
@@ -66,13 +67,14 @@ def load_for_eval(cfg: DictConfig) -> tuple[nn.Module, DictConfig, Path]:
     backbone, pre_cfg, ckpt_path = (
         load_run(run_dir) if run_dir is not None else load_run(Path(ckpt).parent, ckpt)
     )
-    for key in ("method", "backbone.name"):  # named in the evaluation config: must agree
-        given = OmegaConf.select(cfg, key, default=None)
-        trained = OmegaConf.select(pre_cfg, key, default=None)
-        if given is not None and given != trained:
-            raise ConfigError(
-                f"{key}={given!r}: the checkpoint {str(ckpt_path)!r} was trained with {trained!r}"
-            )
+    given = OmegaConf.select(cfg, "method", default=None)  # named here: must be the run's
+    if given is not None and given != pre_cfg.get("method"):
+        raise ConfigError(
+            f"method={given!r}: the checkpoint {str(ckpt_path)!r} was trained with "
+            f"{pre_cfg.get('method')!r}"
+        )
+    # the backbone is the run's; backbone.name and backbone.kwargs given here must agree with it
+    merge_run_backbone(cfg, pre_cfg.get("backbone") or {}, ckpt_path)
     overrides = OmegaConf.select(cfg, "data", default=None) or {}
     pre_cfg.data = OmegaConf.merge(pre_cfg.data, overrides)
     OmegaConf.set_struct(pre_cfg, False)

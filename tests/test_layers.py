@@ -16,7 +16,7 @@ import solo_ext
 
 PACKAGE = Path(solo_ext.__file__).parent
 CORE = ("solo_ext.common", "solo_ext.config", "solo_ext.losses", "solo_ext.modules")
-CORE += ("solo_ext.data", "solo_ext.eval")
+CORE += ("solo_ext.data", "solo_ext.eval", "solo_ext.run_backbone")
 BOTTOM = ("solo_ext.common", "solo_ext.losses", "solo_ext.modules")  # below data and config
 FRAMEWORKS = ("lightning", "pytorch_lightning", "solo")  # solo-learn's package is ``solo``
 

@@ -27,6 +27,7 @@ GROUPS = {
     "data.facts": "facts",  # the dataset table: the one part of data the host reads
     "data": "core",
     "eval": "core",
+    "run_backbone": "core",  # the run's backbone into an evaluation config
     "host": "host",
     "methods": "methods",
 }

@@ -1,0 +1,118 @@
+"""solo-learn's own ``main_linear.py`` builds the run's backbone (only with the real solo-learn).
+
+A run pretrained with ``backbone.kwargs.small_image_stem=true`` on a folder of 32 px images
+(``data.dataset=custom``, which solo-learn gives the ImageNet stem) is evaluated with a linear
+config that names only ``resnet18``: the backbone gets the run's 3x3 stem from the ``args.json``
+beside the checkpoint and trains, where it used to stop in a ``size mismatch for conv1.weight``
+traceback; a given backbone value that contradicts the run stops the start in one line naming
+both (exit status 2), before anything is written.
+
+Run as ``tests/test_solo_learn_scripts.py`` is (its helpers are used here): in an environment
+with solo-learn's pinned requirements and its source importable (SOLO_LEARN_DIR: its checkout).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from solo_ext.host import HOST
+
+if HOST != "solo":
+    pytest.skip(
+        "needs the real solo-learn importable (main_linear.py is solo-learn's script)",
+        allow_module_level=True,
+    )
+
+# skips by itself, with its reason, when solo-learn's scripts are not found (SOLO_LEARN_DIR)
+from test_solo_learn_scripts import CPU, assert_cifar_stem, fake_images, ok, solo, tree  # noqa: E402
+
+CLASSES = 6  # solo-learn's linear model computes acc@5
+# one epoch of one batch (main_linear.py's transforms of ``custom`` are 224 px crops)
+RUN = [*CPU, "max_epochs=1", "optimizer.batch_size=8", "+limit_train_batches=1"]
+RUN += ["+limit_val_batches=1", "+num_sanity_val_steps=0"]
+
+
+@pytest.fixture(scope="module")
+def image_folder(tmp_path_factory) -> list[str]:
+    """``train/`` (4 images a class) and ``val/`` (2) of 32 px images; returns the overrides
+    that train on them as solo-learn's ``custom``."""
+    root = tmp_path_factory.mktemp("images")
+    fake_images(root, [f"train/c{c}/{i}.png" for c in range(CLASSES) for i in range(4)], size=32)
+    fake_images(root, [f"val/c{c}/{i}.png" for c in range(CLASSES) for i in range(2)], size=32)
+    return [
+        "data.dataset=custom",
+        f"+data.train_path={root / 'train'}",
+        f"+data.val_path={root / 'val'}",
+    ]
+
+
+@pytest.fixture(scope="module")
+def small_stem_run(tmp_path_factory, image_folder) -> Path:
+    """scl through main_pretrain.py, ResNet-18 with the small-image stem asked for by keyword;
+    returns its checkpoint."""
+    tmp = tmp_path_factory.mktemp("pretrain")
+    args = [
+        "--config-name",
+        "synthetic-lt/scl",
+        *RUN,
+        *image_folder,
+        "backbone.name=resnet18",
+        "+backbone.kwargs.small_image_stem=true",
+        "knn_eval.enabled=False",
+    ]
+    ok(solo("main_pretrain.py", args, tmp))
+    (run_dir,) = (tmp / "trained_models" / "scl").iterdir()
+    saved = json.loads((run_dir / "args.json").read_text())
+    assert saved["backbone"] == {"name": "resnet18", "kwargs": {"small_image_stem": True}}
+    (ckpt,) = run_dir.glob("*.ckpt")
+    assert_cifar_stem(ckpt)
+    return ckpt
+
+
+def linear_args(ckpt: Path, image_folder: list[str], *extra: str) -> list[str]:
+    return [
+        "--config-name",
+        "synthetic-lt/dscl",
+        *RUN,
+        *image_folder,
+        f"pretrained_feature_extractor='{ckpt}'",
+        *extra,
+    ]
+
+
+def test_main_linear_builds_the_runs_stem(small_stem_run, image_folder, tmp_path):
+    """A linear config naming only ``resnet18``: the run's stem, the run's weights, trained."""
+    args = linear_args(small_stem_run, image_folder, "backbone.name=resnet18")
+    ok(solo("main_linear.py", args, tmp_path))
+    (run_dir,) = (tmp_path / "trained_models" / "linear").iterdir()  # the linear run's own
+    saved = json.loads((run_dir / "args.json").read_text())
+    assert saved["backbone"]["kwargs"] == {"small_image_stem": True}
+    (ckpt,) = run_dir.glob("*.ckpt")
+    assert_cifar_stem(ckpt)  # the linear model's backbone: 3x3, not the ImageNet 7x7
+
+
+@pytest.mark.parametrize(
+    "extra,message",
+    [
+        (
+            ["backbone.name=resnet18", "+backbone.kwargs.small_image_stem=false"],
+            "backbone.kwargs.small_image_stem=False: the checkpoint {ckpt!r} was trained with True",
+        ),
+        # the linear config's own backbone (cifar_resnet32), not the run's
+        ([], "backbone.name='cifar_resnet32': the checkpoint {ckpt!r} was trained with 'resnet18'"),
+    ],
+    ids=["stem", "name"],
+)
+def test_main_linear_stops_at_a_contradicting_backbone(
+    small_stem_run, image_folder, tmp_path, extra, message
+):
+    before = tree(tmp_path)
+    proc = solo("main_linear.py", linear_args(small_stem_run, image_folder, *extra), tmp_path)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr and "size mismatch" not in proc.stderr
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last == f"main_linear.py: error: {message.format(ckpt=str(small_stem_run))}", last
+    assert tree(tmp_path) == before
