@@ -40,10 +40,8 @@ def _register_into_solo() -> None:
         from solo_ext.registry import register
 
         register()
-    except Exception as err:  # never break solo-learn because of the plugin
-        warnings.warn(
-            f"solo-ext: could not register its methods into solo-learn: {err}", stacklevel=2
-        )
+    except Exception as err:  # never break solo-learn's own configs because of the plugin
+        _broken(_TARGET, f"solo-ext's methods could not be registered ({err})")
 
 
 def _bridge(module) -> None:
@@ -51,8 +49,17 @@ def _bridge(module) -> None:
         from solo_ext.bridge import patch
 
         patch(module)
-    except Exception as err:  # never break solo-learn because of the plugin
-        warnings.warn(f"solo-ext: could not extend {module.__name__}: {err}", stacklevel=2)
+    except Exception as err:  # never break solo-learn's own configs because of the plugin
+        _broken(module.__name__, f"{module.__name__} could not be extended ({err})")
+
+
+def _broken(module: str, what: str) -> None:
+    """Records what cannot work (a config using solo-ext then stops in one line naming it, in
+    ``parse_cfg``) and says so once."""
+    from solo_ext.bridge_check import record_broken
+
+    record_broken(module, what)
+    warnings.warn(f"solo-ext: {what}; configs that use solo-ext will stop", stacklevel=3)
 
 
 class AfterImport(importlib.abc.MetaPathFinder):

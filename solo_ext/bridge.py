@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
+from solo_ext.bridge_check import missing, record_broken, stop_if_broken
 from solo_ext.data.facts import FEW_THRESHOLD, MANY_THRESHOLD, SOLO_EXT_ONLY, facts
 
 
@@ -98,10 +99,15 @@ def _check_solo_ext_keys(cfg: Any, module: ModuleType) -> dict[str, Any] | None:
     from solo_ext.config import ConfigError
     from solo_ext.data.datasets import fill_data_cfg
     from solo_ext.data.samplers import fill_sampler_cfg
+    from solo_ext.run_backbone import fill_run_backbone
 
     OmegaConf.set_struct(cfg, False)
     if module.__name__.endswith("linear"):
         _check_checkpoint(cfg)
+        # the run's backbone (args.json beside the checkpoint): every backbone.kwargs the config
+        # does not give, before parse_cfg's {} and fill_stem_option's table default; a given
+        # value that differs from the run's stops in one line naming both
+        fill_run_backbone(cfg, str(cfg.pretrained_feature_extractor))
     dataset = OmegaConf.select(cfg, "data.dataset", default=None)
     data_format = OmegaConf.select(cfg, "data.format", default="image_folder")
     sampler = fill_sampler_cfg(cfg, total_epochs=OmegaConf.select(cfg, "max_epochs"))
@@ -167,6 +173,7 @@ def _wrap_parse_cfg(module: ModuleType) -> None:
         from solo_ext.config import fill_stem_option
         from solo_ext.data.datasets import long_tail_counts
 
+        stop_if_broken(cfg)
         sampler = _check_solo_ext_keys(cfg, module)
         cfg = original(cfg)
         if module.__name__.endswith("pretrain"):
@@ -226,8 +233,37 @@ def _knn_data(args: Any) -> Any:
     return cfg.data
 
 
+def _knn_guarded(parse_args_knn):
+    """``parse_args_knn`` that first stops, in one line, a ``main_knn.py`` command using
+    solo-ext (a solo-ext dataset, or the run of a solo-ext method) while the bridge is broken:
+    looked for in the command line, before argparse rejects a dataset it was not taught."""
+
+    @functools.wraps(parse_args_knn)
+    @_config_errors
+    def guarded():
+        import argparse
+        import json
+
+        from solo_ext.bridge_check import BROKEN
+
+        if BROKEN:
+            pre = argparse.ArgumentParser(add_help=False)
+            pre.add_argument("--dataset")
+            pre.add_argument("--pretrained_checkpoint_dir")
+            known, _ = pre.parse_known_args()
+            cfg: dict[str, Any] = {"data": {"dataset": known.dataset}}
+            args_json = os.path.join(str(known.pretrained_checkpoint_dir or ""), "args.json")
+            if os.path.isfile(args_json):
+                with open(args_json) as f:
+                    cfg["method"] = json.load(f).get("method")
+            stop_if_broken(cfg)
+        return parse_args_knn()
+
+    return guarded
+
+
 def _wrap_parse_args_knn(module: ModuleType) -> None:
-    original = module.parse_args_knn
+    original = _knn_guarded(module.parse_args_knn)
 
     @functools.wraps(original)
     @_config_errors
@@ -449,9 +485,33 @@ PATCHES = {
 }
 
 
+def _guard_only(module: ModuleType) -> None:
+    """A module that lacks a need is not patched; its entry points only stop a config that uses
+    solo-ext (``parse_cfg``; ``main_knn.py``'s ``parse_args_knn``), with the missing name."""
+    if callable(getattr(module, "parse_cfg", None)):
+        original = module.parse_cfg
+
+        @functools.wraps(original)
+        @_config_errors
+        def parse_cfg(cfg):
+            stop_if_broken(cfg)
+            return original(cfg)
+
+        module.parse_cfg = parse_cfg
+    if callable(getattr(module, "parse_args_knn", None)):
+        module.parse_args_knn = _knn_guarded(module.parse_args_knn)
+
+
 def patch(module: ModuleType) -> None:
-    """Applies this module's patch to a freshly executed solo-learn module (once)."""
+    """Applies this module's patch to a freshly executed solo-learn module (once), after
+    checking that the module has every name the patch needs (``bridge_check.NEEDS``); when one
+    is missing, records it and leaves the module as it is (:func:`_guard_only`)."""
     if getattr(module, "_solo_ext_patched", False):
         return
-    PATCHES[module.__name__](module)
+    lacking = missing(module)
+    if lacking is not None:
+        record_broken(module.__name__, f"{module.__name__} has no {lacking}")
+        _guard_only(module)
+    else:
+        PATCHES[module.__name__](module)
     module._solo_ext_patched = True

@@ -12,7 +12,7 @@ from conftest import tiny_cfg
 from omegaconf import OmegaConf
 from torchvision.transforms.functional import to_tensor
 
-from solo_ext import _autoload, bridge
+from solo_ext import _autoload, bridge, bridge_check
 from solo_ext.data.longtail import lt_counts
 from solo_ext.data.samplers import build_sampler
 
@@ -21,6 +21,7 @@ from solo_ext.data.samplers import build_sampler
 def no_run():
     yield
     bridge.RUN = None
+    assert not bridge_check.BROKEN, "a stand-in lacks a need of the bridge"
 
 
 def stand_in_args() -> types.ModuleType:
@@ -92,10 +93,11 @@ def test_parse_cfg_errors_are_one_line(data, message, capsys):
 
 def test_loaders_build_the_dataset_and_draw_with_the_sampler():
     stand_in_args().parse_cfg(synthetic_cfg(sampler={"name": "class_balanced"}))
-    module = types.ModuleType("solo.data.pretrain_dataloader")
-    module.build_transform_pipeline = lambda dataset, cfg: None
-    module.prepare_datasets = lambda *args, **kwargs: pytest.fail("solo-learn's builder")
-    module.prepare_dataloader = lambda *args, **kwargs: pytest.fail("solo-learn's shuffle")
+    module = healthy("solo.data.pretrain_dataloader")
+    module.prepare_datasets = lambda dataset, transform, **_: pytest.fail("solo-learn's builder")
+    module.prepare_dataloader = lambda train_dataset, batch_size, num_workers: pytest.fail(
+        "solo-learn's shuffle"
+    )
     bridge.patch(module)
     dataset = module.prepare_datasets("synthetic_lt", lambda image: [to_tensor(image)])
     index, views, label = dataset[3]
@@ -146,3 +148,171 @@ def test_a_bad_method_key_stops_solo_learns_parse_cfg_in_one_line(capsys, tmp_pa
     assert info.value.code == 2
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert line.endswith("error: method_kwargs.temperature=-1: must be a number > 0"), line
+
+
+# --- the bridge checks what it patches --------------------------------------------------------
+
+
+def healthy(name: str) -> types.ModuleType:
+    """A stand-in of solo-learn's module ``name`` with every name the bridge needs of it."""
+    module = types.ModuleType(name)
+    code = {
+        "solo.args.pretrain": "_SUPPORTED_DATASETS = ['cifar10', 'custom']\n"
+        "_N_CLASSES_PER_DATASET = {'cifar10': 10}\n"
+        "def parse_cfg(cfg):\n"
+        "    table = globals().get('_N_CLASSES_PER_DATASET', {'cifar10': 10})  # or renamed\n"
+        "    cfg.data.num_classes = table.get(cfg.data.dataset, 1)\n"
+        "    return cfg\n",
+        "solo.args.dataset": "def dataset_args(parser):\n"
+        "    parser.add_argument('--dataset', choices=['cifar10'], required=True)\n",
+        "solo.args.knn": "import argparse\n"
+        "def parse_args_knn():\n"
+        "    parser = argparse.ArgumentParser()\n"
+        "    parser.add_argument('--dataset', choices=['cifar10'], required=True)\n"
+        "    parser.add_argument('--pretrained_checkpoint_dir')\n"
+        "    return parser.parse_args()\n",
+        "solo.data.pretrain_dataloader": "def build_transform_pipeline(dataset, cfg): pass\n"
+        "def prepare_datasets(dataset, transform, train_data_path=None): pass\n"
+        "def prepare_dataloader(train_dataset, batch_size=64, num_workers=4): pass\n",
+        "solo.data.classification_dataloader": "def prepare_transforms(dataset): pass\n"
+        "def prepare_datasets(dataset, T_train, T_val, train_data_path=None): pass\n"
+        "def prepare_dataloaders(train_dataset, val_dataset, batch_size=64, num_workers=4): pass\n"
+        "def prepare_data(dataset):\n"
+        "    T_train, T_val = prepare_transforms(dataset)\n"
+        "    return prepare_dataloaders(*prepare_datasets(dataset, T_train, T_val))\n",
+        "solo.methods.linear": "class LinearModel:\n"
+        "    def validation_step(self, batch, batch_idx): pass\n"
+        "    def on_validation_epoch_end(self): pass\n",
+    }
+    code["solo.args.linear"] = code["solo.args.pretrain"]
+    exec(code[name], module.__dict__)
+    return module
+
+
+def _drop(name: str):
+    return lambda module: delattr(module, name)
+
+
+def _redefine(source: str):
+    return lambda module: exec(source, module.__dict__)
+
+
+# every need of the bridge, and how a solo-learn release could lose it: renamed (gone under its
+# name), or changed (other parameters, no choices, calls that no longer pass through the module)
+LOSE = {
+    "parse_cfg(cfg)": _drop("parse_cfg"),
+    "_SUPPORTED_DATASETS": _drop("_SUPPORTED_DATASETS"),
+    "_N_CLASSES_PER_DATASET": _drop("_N_CLASSES_PER_DATASET"),
+    "dataset_args(parser)": _drop("dataset_args"),
+    "dataset_args(parser) adding --dataset with choices": _redefine(
+        "def dataset_args(parser): parser.add_argument('--dataset')\n"
+    ),
+    "parse_args_knn()": _drop("parse_args_knn"),
+    "build_transform_pipeline(dataset, cfg)": _drop("build_transform_pipeline"),
+    "prepare_datasets(dataset, transform)": _redefine(
+        "def prepare_datasets(name, transform): pass\n"
+    ),
+    "prepare_dataloader(train_dataset, batch_size, num_workers)": _drop("prepare_dataloader"),
+    "prepare_transforms(dataset)": _drop("prepare_transforms"),
+    "prepare_datasets(dataset, T_train, T_val)": _drop("prepare_datasets"),
+    "prepare_dataloaders(train_dataset, val_dataset, batch_size, num_workers)": _drop(
+        "prepare_dataloaders"
+    ),
+    "prepare_data calling prepare_transforms, prepare_datasets, prepare_dataloaders "
+    "through the module": _redefine("def prepare_data(dataset, loaders=None): return loaders\n"),
+    "LinearModel.validation_step, on_validation_epoch_end": lambda module: delattr(
+        module.LinearModel, "on_validation_epoch_end"
+    ),
+}
+NEEDED = [(module, need.name) for module, needs in bridge_check.NEEDS.items() for need in needs]
+
+
+@pytest.fixture
+def broken(monkeypatch):
+    """A fresh record of what is broken, for this test only."""
+    monkeypatch.setattr(bridge_check, "BROKEN", {})
+    return bridge_check.BROKEN
+
+
+def test_every_need_is_tried_here():
+    assert {name for _, name in NEEDED} == set(LOSE)
+
+
+def test_healthy_stand_ins_have_every_need():
+    for module in bridge_check.NEEDS:
+        assert bridge_check.missing(healthy(module)) is None, module
+
+
+def stops_in_one_line(parse_cfg, cfg, capsys, *names: str) -> str:
+    with pytest.raises(SystemExit) as stop:
+        parse_cfg(cfg)
+    assert stop.value.code == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    for name in (*names, "solo-learn", "tested with solo-learn 1.0.6, commit 9187ea3"):
+        assert name in line, line
+    return line
+
+
+@pytest.mark.parametrize("module_name,need", NEEDED, ids=lambda x: str(x)[:40])
+def test_a_missing_name_stops_a_solo_ext_config_and_lets_solo_learns_run(
+    module_name, need, broken, capsys
+):
+    module = healthy(module_name)
+    LOSE[need](module)
+    assert bridge_check.missing(module) == need
+    bridge.patch(module)
+    assert broken == {module_name: f"{module_name} has no {need}"}
+    assert not hasattr(module, "_SUPPORTED_DATASETS") or "synthetic_lt" not in vars(module).get(
+        "_SUPPORTED_DATASETS", []
+    )  # nothing of the module was patched
+    # the entry point of main_pretrain.py (the broken module itself when it still has one)
+    args = module if module_name.startswith("solo.args.") and hasattr(module, "parse_cfg") else None
+    if args is None:
+        args = healthy(
+            "solo.args.linear" if module_name == "solo.args.pretrain" else "solo.args.pretrain"
+        )
+        bridge.patch(args)
+    for cfg, used in [
+        (synthetic_cfg(), "data.dataset='synthetic_lt'"),
+        (
+            synthetic_cfg(dataset="cifar10", sampler={"name": "sqrt"}),
+            "data.sampler={'name': 'sqrt'}",
+        ),
+        (OmegaConf.create({"method": "dscl", "data": {"dataset": "cifar10"}}), "method='dscl'"),
+    ]:
+        stops_in_one_line(args.parse_cfg, cfg, capsys, used, f"{module_name} has no {need}")
+    # a config of solo-learn alone runs
+    plain = OmegaConf.create(
+        {"method": "mocov2plus", "backbone": {"name": "resnet18"}, "data": {"dataset": "cifar10"}}
+    )
+    if args is module:
+        assert args.parse_cfg(plain).data.num_classes == 10
+
+
+def test_main_knn_stops_before_argparse_rejects_the_dataset(broken, capsys, monkeypatch):
+    bridge.patch(healthy("solo.args.pretrain"))  # (healthy: not recorded)
+    knn = healthy("solo.args.knn")
+    dataset = healthy("solo.args.dataset")
+    LOSE["dataset_args(parser) adding --dataset with choices"](dataset)
+    bridge.patch(dataset)
+    bridge.patch(knn)
+    monkeypatch.setattr(sys, "argv", ["main_knn.py", "--dataset", "cifar100_lt"])
+    stops_in_one_line(lambda _: knn.parse_args_knn(), None, capsys, "cifar100_lt", "choices")
+    monkeypatch.setattr(sys, "argv", ["main_knn.py", "--dataset", "cifar10"])
+    assert knn.parse_args_knn().dataset == "cifar10"
+
+
+def test_methods_that_could_not_register_stop_their_configs(broken, capsys, monkeypatch):
+    import solo_ext.registry
+
+    def fails():
+        raise ImportError("cannot import name 'gather' from 'solo.utils.misc'")
+
+    monkeypatch.setattr(solo_ext.registry, "register", fails)
+    monkeypatch.setitem(sys.modules, "solo_ext.host", types.SimpleNamespace(_READY=True))
+    with pytest.warns(UserWarning, match="configs that use solo-ext will stop"):
+        _autoload._register_into_solo()
+    args = healthy("solo.args.pretrain")
+    bridge.patch(args)
+    cfg = OmegaConf.create({"method": "pbsd", "data": {"dataset": "cifar10"}})
+    stops_in_one_line(args.parse_cfg, cfg, capsys, "method='pbsd'", "'gather'")

@@ -20,7 +20,9 @@ with solo-learn's pinned requirements and its source importable (SOLO_LEARN_DIR:
 
 from __future__ import annotations
 
+import csv
 import json
+import math
 import os
 import pickle
 import subprocess
@@ -33,6 +35,7 @@ from conftest import ROOT
 from test_configs import compose_config, configs, data_overrides
 
 from solo_ext.host import HOST
+from solo_ext.registry import SOLO_EXT_METHODS
 
 if HOST != "solo":
     pytest.skip("needs the real solo-learn importable", allow_module_level=True)
@@ -516,3 +519,92 @@ def test_main_linear_without_checkpoint_is_one_line(tmp_path):
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith("main_linear.py: error: pretrained_feature_extractor is missing"), last
     assert list(tmp_path.iterdir()) == []
+
+
+# --- whole runs on two processes ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("method", sorted(SOLO_EXT_METHODS))
+def test_two_process_run_finishes_with_the_online_long_tail_knn(method, tmp_path):
+    """Every method through main_pretrain.py on two processes (gloo), its shipped synthetic-lt
+    config with validation and the online kNN on, to the end."""
+    args = [
+        "--config-name",
+        f"synthetic-lt/{method}",
+        *[a for a in CPU if not a.startswith("devices")],
+        'devices="2"',
+        "strategy=ddp",
+        *SMALL,
+        "optimizer.batch_size=4",
+        # SMALL's counts 24 ... 6: three many, one medium, two few classes
+        "data.many_threshold=12",
+        "data.few_threshold=8",
+    ]
+    ok(solo("main_pretrain.py", args, tmp_path, OMP_NUM_THREADS="1"))
+    (run_dir,) = (tmp_path / "trained_models" / method).iterdir()
+    assert list(run_dir.glob("*.ckpt"))
+    (metrics,) = (tmp_path / "lightning_logs").rglob("metrics.csv")
+    with open(metrics) as f:
+        rows = [r for r in csv.DictReader(f) if r.get("val_knn_acc1_many") not in (None, "")]
+    assert rows
+    for group in ("many", "medium", "few"):
+        assert math.isfinite(float(rows[-1][f"val_knn_acc1_{group}"])), rows[-1]
+
+
+# --- the bridge stops a solo-ext config when solo-learn lacks a name it needs --------------
+
+
+def test_solo_learns_modules_have_every_name_the_bridge_needs():
+    import importlib
+
+    from solo_ext.bridge_check import NEEDS, missing
+
+    for name in NEEDS:
+        assert missing(importlib.import_module(name)) is None, name
+
+
+@pytest.mark.parametrize(
+    "renamed",
+    ["solo.args.pretrain:_SUPPORTED_DATASETS", "solo.methods.linear:LinearModel.validation_step"],
+)
+def test_a_renamed_name_stops_a_solo_ext_config_in_one_line(renamed, tmp_path):
+    module, name = renamed.split(":")
+    args = ["--config-name", "synthetic-lt/dscl", *CPU, *SMALL]
+    proc = solo("main_pretrain.py", args, tmp_path, SOLO_EXT_TEST_RENAME=renamed)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    (line,) = proc.stderr.strip().splitlines()
+    assert line.startswith("main_pretrain.py: error: method='dscl' needs solo-ext's bridge")
+    assert "solo-learn 1.0.6" in line and f"{module} has no {name.split('.')[0]}" in line, line
+    assert "tested with solo-learn 1.0.6, commit 9187ea3" in line
+    assert not (tmp_path / "trained_models").exists()
+
+
+def test_a_config_of_solo_learn_alone_runs_when_the_bridge_cannot(tmp_path):
+    """solo-learn's own MoCo v2+ config on an image folder, with main_linear's patch point
+    renamed: it trains, since it uses nothing of solo-ext."""
+    from solo_ext import make_lt
+
+    out = tmp_path / "folder"
+    make_lt.run(["--dataset", "synthetic_lt", "--num_classes", "4", "--imbalance_factor", "2",
+                 "--out", str(out)])  # fmt: skip
+    args = [
+        "--config-path",
+        str(SOLO_ROOT / "scripts" / "pretrain" / "cifar"),
+        "--config-name",
+        "mocov2plus.yaml",
+        *CPU,
+        "data.dataset=custom",
+        f"data.train_path={out / 'train'}",
+        f"data.val_path={out / 'val'}",
+        "data.num_workers=0",
+        "wandb.enabled=False",
+        "auto_resume.enabled=False",
+        "max_epochs=1",
+        "optimizer.batch_size=8",
+        "method_kwargs.queue_size=64",
+        "+limit_train_batches=2",
+        "+limit_val_batches=1",
+    ]
+    renamed = "solo.methods.linear:LinearModel.validation_step"
+    ok(solo("main_pretrain.py", args, tmp_path, SOLO_EXT_TEST_RENAME=renamed))
+    assert list((tmp_path / "trained_models" / "mocov2plus").rglob("*.ckpt"))

@@ -48,6 +48,8 @@ if HOST == "solo":
     from solo_ext.modules.resnet_cifar import cifar_resnet32
     from solo_ext.modules.stem import add_stem_option
 
+    if not isinstance(getattr(BaseMethod, "_BACKBONES", None), dict):
+        raise HostError("solo.methods.base.BaseMethod has no _BACKBONES (its backbone table)")
     BACKBONES = BaseMethod._BACKBONES
     # CIFAR-LT's backbone, beside solo-learn's own
     BACKBONES.setdefault("cifar_resnet32", cifar_resnet32)

@@ -8,6 +8,9 @@ tests/test_solo_learn_scripts.py (on ``PYTHONPATH``, so DDP's child processes lo
   every batch with ``.cuda()``; this machine has no GPU).
 - ``SOLO_EXT_TEST_CIFAR_UNCHECKED=1``: torchvision skips the checksums of CIFAR's files (the
   tests write tiny stand-ins).
+- ``SOLO_EXT_TEST_RENAME=<module>:<name>``: renames a name of a solo-learn module (or
+  ``<Class>.<name>``) to ``<name>_renamed`` right after the module is executed, before solo-ext's
+  bridge looks at it: a solo-learn release that renamed what the bridge needs.
 """
 
 from __future__ import annotations
@@ -58,3 +61,20 @@ if AFTER:
     from solo_ext._autoload import AfterImport  # imports nothing else
 
     sys.meta_path.insert(0, AfterImport(AFTER))
+
+if os.environ.get("SOLO_EXT_TEST_RENAME"):
+    from solo_ext._autoload import AfterImport, _SoloExtHook
+
+    _target, _path = os.environ["SOLO_EXT_TEST_RENAME"].split(":")
+
+    def _rename(module):
+        owner, name = module, _path
+        if "." in _path:
+            cls, name = _path.split(".")
+            owner = getattr(module, cls)
+        setattr(owner, f"{name}_renamed", getattr(owner, name))
+        delattr(owner, name)
+
+    # after solo-ext's hook in the finders' order, so that its callback runs before solo-ext's
+    _hook = next(i for i, f in enumerate(sys.meta_path) if isinstance(f, _SoloExtHook))
+    sys.meta_path.insert(_hook + 1, AfterImport({_target: _rename}))

@@ -1,0 +1,237 @@
+"""What the bridge needs of solo-learn, checked when each patch is applied, and the one line that
+stops a config using solo-ext when a need is missing.
+
+solo-learn has no plugin interface beyond its method registry: ``solo_ext.bridge`` and the
+method registration rely on names (some private) of a few solo-learn modules. Each is declared
+here (:data:`NEEDS`) and looked for before its module is patched. When one is missing (a
+solo-learn that renamed it), nothing of that module is patched, the name is recorded
+(:data:`BROKEN`), and any config that uses a solo-ext method, dataset or key stops in one line
+naming solo-learn's version (and commit, when known) and the missing name: never a run without
+the sampler, dataset or metrics it asked for. Configs that use none of solo-ext still run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import os
+import re
+import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
+
+from solo_ext.data.facts import SOLO_EXT_ONLY
+
+# the solo-learn release and commit the bridge is tested with (README, "Inside a real solo-learn
+# checkout")
+TESTED_WITH = ("1.0.6", "9187ea3")
+
+
+@dataclass(frozen=True)
+class Need:
+    """A name of a solo-learn module the bridge relies on; ``present(module)`` looks for it
+    (and, where the bridge depends on it, for its parameters or the globals it calls)."""
+
+    name: str
+    present: Callable[[ModuleType], bool]
+
+
+def _attr(name: str, kind: type | None = None) -> Need:
+    return Need(
+        name, lambda m: hasattr(m, name) and (kind is None or isinstance(getattr(m, name), kind))
+    )
+
+
+def _function(name: str, *params: str) -> Need:
+    """``name(*params)``: a callable whose signature has these parameters, in this order."""
+
+    def present(module: ModuleType) -> bool:
+        fn = getattr(module, name, None)
+        if not callable(fn):
+            return False
+        names = list(inspect.signature(fn).parameters)
+        return names[: len(params)] == list(params)
+
+    return Need(f"{name}({', '.join(params)})", present)
+
+
+def _calls_globals(name: str, *called: str) -> Need:
+    """``name`` looks ``called`` up among its module's globals, so patching those reaches it."""
+
+    def present(module: ModuleType) -> bool:
+        code = getattr(getattr(module, name, None), "__code__", None)
+        return code is not None and set(called) <= set(code.co_names)
+
+    return Need(f"{name} calling {', '.join(called)} through the module", present)
+
+
+def _dataset_choices(module: ModuleType) -> bool:
+    """``dataset_args(parser)`` adds ``--dataset`` with a list of choices (argparse's private
+    ``_option_string_actions`` is how the bridge reaches it)."""
+    parser = argparse.ArgumentParser(add_help=False)
+    try:
+        module.dataset_args(parser)
+        action = parser._option_string_actions["--dataset"]
+    except Exception:  # noqa: BLE001  (any failure: the contract is not there)
+        return False
+    return isinstance(action.choices, list | tuple)
+
+
+def _method_of(cls_name: str, *methods: str) -> Need:
+    """``cls_name`` defines ``methods`` itself (or through a solo-learn base class), not only
+    through Lightning's defaults."""
+
+    def present(module: ModuleType) -> bool:
+        cls = getattr(module, cls_name, None)
+        if not isinstance(cls, type):
+            return False
+        package = module.__name__.split(".")[0]
+        own = [vars(k) for k in cls.__mro__ if k.__module__.split(".")[0] == package]
+        return all(any(callable(d.get(m)) for d in own) for m in methods)
+
+    return Need(f"{cls_name}.{', '.join(methods)}", present)
+
+
+_ARGS = (
+    _function("parse_cfg", "cfg"),
+    _attr("_SUPPORTED_DATASETS", list),
+    _attr("_N_CLASSES_PER_DATASET", dict),
+)
+NEEDS: dict[str, tuple[Need, ...]] = {
+    "solo.args.pretrain": _ARGS,
+    "solo.args.linear": _ARGS,
+    "solo.args.dataset": (
+        _function("dataset_args", "parser"),
+        Need("dataset_args(parser) adding --dataset with choices", _dataset_choices),
+    ),
+    "solo.args.knn": (_function("parse_args_knn"),),
+    "solo.data.pretrain_dataloader": (
+        _function("build_transform_pipeline", "dataset", "cfg"),
+        _function("prepare_datasets", "dataset", "transform"),
+        _function("prepare_dataloader", "train_dataset", "batch_size", "num_workers"),
+    ),
+    "solo.data.classification_dataloader": (
+        _function("prepare_transforms", "dataset"),
+        _function("prepare_datasets", "dataset", "T_train", "T_val"),
+        _function(
+            "prepare_dataloaders", "train_dataset", "val_dataset", "batch_size", "num_workers"
+        ),
+        _calls_globals(
+            "prepare_data", "prepare_transforms", "prepare_datasets", "prepare_dataloaders"
+        ),
+    ),
+    "solo.methods.linear": (
+        _method_of("LinearModel", "validation_step", "on_validation_epoch_end"),
+    ),
+}
+
+# module -> what is missing there ("<module> has no <need>", or why the methods could not be
+# registered), in the order found
+BROKEN: dict[str, str] = {}
+
+
+def record_broken(module: str, what: str) -> None:
+    """Records that the bridge cannot work: ``what`` is missing for ``module``."""
+    BROKEN.setdefault(module, what)
+
+
+def missing(module: ModuleType) -> str | None:
+    """The first need of ``module`` that it lacks, None when it has them all."""
+    for need in NEEDS.get(module.__name__, ()):
+        try:
+            ok = need.present(module)
+        except (TypeError, ValueError):  # a signature inspect cannot read
+            ok = False
+        if not ok:
+            return need.name
+    return None
+
+
+def solo_learn_version() -> str:
+    """``solo-learn <release>`` and `` (commit <sha>)`` when the checkout says so."""
+    try:
+        import solo
+    except ImportError:
+        return "solo-learn (not importable)"
+    root = os.path.dirname(os.path.dirname(os.path.abspath(solo.__file__)))
+    version = None
+    try:
+        from importlib.metadata import PackageNotFoundError
+        from importlib.metadata import version as dist_version
+
+        version = dist_version("solo-learn")
+    except (ImportError, PackageNotFoundError):
+        setup = os.path.join(root, "setup.py")
+        if os.path.isfile(setup):
+            with open(setup) as f:
+                found = re.search(r"version\s*=\s*[\"']([^\"']+)", f.read())
+            version = found.group(1) if found else None
+    text = f"solo-learn {version or '(unknown version)'}"
+    if os.path.exists(os.path.join(root, ".git")):
+        try:
+            sha = subprocess.run(
+                ["git", "-C", root, "rev-parse", "--short", "HEAD"],
+                capture_output=True,
+                text=True,
+                timeout=10,
+            ).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            sha = ""
+        if sha:
+            text += f" (commit {sha})"
+    return text
+
+
+def solo_ext_use(cfg: Any) -> str | None:
+    """The first solo-ext method, dataset or key a (Hydra) config uses, as ``key=value``; None
+    for a config of solo-learn alone."""
+    from omegaconf import OmegaConf
+
+    from solo_ext.data.datasets import LT_OPTIONS, SYNTHETIC_OPTIONS
+    from solo_ext.registry import SOLO_EXT_METHODS
+
+    if not OmegaConf.is_config(cfg):
+        cfg = OmegaConf.create(cfg)
+
+    def get(key: str) -> Any:
+        return OmegaConf.select(cfg, key, default=None)
+
+    checks = [
+        ("method", lambda v: v in SOLO_EXT_METHODS),
+        ("pretrain_method", lambda v: v in SOLO_EXT_METHODS),
+        ("data.dataset", lambda v: v in SOLO_EXT_ONLY),
+        ("backbone.name", lambda v: v == "cifar_resnet32"),
+        ("data.sampler", lambda v: v is not None),
+        ("backbone.kwargs.small_image_stem", lambda v: v is not None),
+        *((f"data.{k}", lambda v: v is not None) for k in LT_OPTIONS),
+        *((f"data.synthetic.{k}", lambda v: v is not None) for k in SYNTHETIC_OPTIONS),
+    ]
+    for key, uses in checks:
+        value = get(key)
+        if uses(value):
+            shown = OmegaConf.to_container(value) if OmegaConf.is_config(value) else value
+            return f"{key}={shown!r}"
+    return None
+
+
+def broken_line(use: str) -> str:
+    """The one line for a config that uses solo-ext (``use``) while a need is missing."""
+    what = next(iter(BROKEN.values()))
+    return (
+        f"{use} needs solo-ext's bridge into solo-learn, which cannot work with "
+        f"{solo_learn_version()}: {what} (tested with solo-learn {TESTED_WITH[0]}, "
+        f"commit {TESTED_WITH[1]})"
+    )
+
+
+def stop_if_broken(cfg: Any) -> None:
+    """Raises the one-line ``ConfigError`` when a need is missing and ``cfg`` uses solo-ext."""
+    if not BROKEN:
+        return
+    use = solo_ext_use(cfg)
+    if use is not None:
+        from solo_ext.config import ConfigError
+
+        raise ConfigError(broken_line(use))
