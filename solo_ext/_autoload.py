@@ -14,7 +14,6 @@ from __future__ import annotations
 import importlib.abc
 import os
 import sys
-import warnings
 from collections.abc import Callable
 from types import ModuleType
 
@@ -54,12 +53,11 @@ def _bridge(module) -> None:
 
 
 def _broken(module: str, what: str) -> None:
-    """Records what cannot work (a config using solo-ext then stops in one line naming it, in
-    ``parse_cfg``) and says so once."""
+    """Records what cannot work: a config that uses solo-ext then stops in one line naming it
+    (in ``parse_cfg``); one that does not runs, undisturbed."""
     from solo_ext.bridge_check import record_broken
 
     record_broken(module, what)
-    warnings.warn(f"solo-ext: {what}; configs that use solo-ext will stop", stacklevel=3)
 
 
 class AfterImport(importlib.abc.MetaPathFinder):

@@ -11,8 +11,8 @@ from typing import Any
 import hydra
 from omegaconf import DictConfig
 
+from solo_ext.common import HostError
 from solo_ext.config import ConfigError
-from solo_ext.host import HostError
 
 # Errors a user can fix from the message alone: printed as one line, no traceback.
 USER_ERRORS = (ConfigError, HostError, FileNotFoundError)

@@ -18,6 +18,11 @@ EMPTY = -1
 SEED_STRIDE = 1_000_003
 
 
+class HostError(ImportError):
+    """The requested host cannot be used (defined below the host, so that a host that fails to
+    import can still be reported in one line)."""
+
+
 def check_int(key: str, value: object, minimum: int) -> int:
     """``value`` as an int >= ``minimum``, else a ValueError naming ``key`` and the value."""
     # bool is an Integral; a stray True/False from a config is a bug, not a count.

@@ -310,8 +310,7 @@ def test_methods_that_could_not_register_stop_their_configs(broken, capsys, monk
 
     monkeypatch.setattr(solo_ext.registry, "register", fails)
     monkeypatch.setitem(sys.modules, "solo_ext.host", types.SimpleNamespace(_READY=True))
-    with pytest.warns(UserWarning, match="configs that use solo-ext will stop"):
-        _autoload._register_into_solo()
+    _autoload._register_into_solo()
     args = healthy("solo.args.pretrain")
     bridge.patch(args)
     cfg = OmegaConf.create({"method": "pbsd", "data": {"dataset": "cifar10"}})

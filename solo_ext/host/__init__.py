@@ -12,9 +12,7 @@ from __future__ import annotations
 
 import os
 
-
-class HostError(ImportError):
-    """The requested host cannot be used."""
+from solo_ext.common import HostError
 
 
 def _solo_available() -> tuple[bool, str]:
