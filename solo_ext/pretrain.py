@@ -9,6 +9,7 @@ in one line before any data is built or anything is written.
 from __future__ import annotations
 
 import inspect
+import os
 import typing
 import warnings
 from pathlib import Path
@@ -317,6 +318,21 @@ def build_loaders(cfg: DictConfig) -> tuple[DataLoader, DataLoader | None]:
     return train_loader, val_loader
 
 
+# the run id the first process drew, for the processes Lightning's DDP launcher starts from it
+RUN_ID_ENV = "SOLO_EXT_RUN_ID"
+
+
+def shared_run_id(logdir: Path) -> str:
+    """A new run id on the first process; the same id on the processes that Lightning's DDP
+    launcher starts from it (they inherit its environment), so every process names one run."""
+    if os.environ.get("LOCAL_RANK", "0") != "0" and os.environ.get(RUN_ID_ENV):
+        return os.environ[RUN_ID_ENV]
+    run_id = new_run_id(logdir)
+    if os.environ.get("LOCAL_RANK", "0") == "0":
+        os.environ[RUN_ID_ENV] = run_id
+    return run_id
+
+
 def run(cfg: DictConfig) -> dict[str, Any]:
     """Pretrains; returns the run directory, the final metrics and the trained model."""
     cfg = parse_cfg(cfg)
@@ -337,7 +353,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         ckpt_path = str(found)
         run_id, run_dir = found.parent.name, found.parent
     else:
-        run_id = new_run_id(logdir)
+        run_id = shared_run_id(logdir)
         run_dir = logdir / run_id
     if ckpt_path is not None:  # before anything is written: a bad file stops here
         key = "resume_from_checkpoint" if found is None else "auto_resume"

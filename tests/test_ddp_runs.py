@@ -86,3 +86,19 @@ def test_python_m_finds_the_shipped_configs(tmp_path):
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "method: pbsd" in proc.stdout
+
+
+def test_the_processes_lightning_starts_take_the_first_process_run_id(tmp_path, monkeypatch):
+    from solo_ext.pretrain import RUN_ID_ENV, shared_run_id
+
+    monkeypatch.delenv("LOCAL_RANK", raising=False)
+    monkeypatch.delenv(RUN_ID_ENV, raising=False)
+    first = shared_run_id(tmp_path)
+    assert os.environ[RUN_ID_ENV] == first
+    monkeypatch.setenv("LOCAL_RANK", "1")  # a child: Lightning's launcher copied the environment
+    assert shared_run_id(tmp_path) == first
+    # a process started by another launcher (torchrun) has no id to take: it draws its own and
+    # leaves the environment as it was
+    monkeypatch.delenv(RUN_ID_ENV)
+    other = shared_run_id(tmp_path)
+    assert other != first and RUN_ID_ENV not in os.environ
