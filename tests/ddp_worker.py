@@ -6,6 +6,8 @@
   of the whole batch;
 - ``runs``: for every registered method, a Lightning DDP fit of a few steps: the queue /
   support-set buffers, a digest of the momentum weights, and the dataset indexes this rank drew;
+- ``nan_stop``: the message each rank stopped with when only the second rank's loss is NaN
+  (both must stop at that step; one that went on would wait for the other forever);
 - ``metrics``: the online kNN (plain and with the Many / Medium / Few report) and the shot-group
   accuracy of solo-learn's linear model, each fed this rank's unequal share of fixed features,
   then computed (synced over the ranks).
@@ -261,6 +263,34 @@ def metric_checks(rank: int) -> dict:
     return results
 
 
+def nan_on_second_rank(out_dir: Path, rank: int) -> str:
+    """A dscl fit whose loss is NaN on rank 1 only: the message this rank stops with."""
+    from conftest import tiny_cfg
+
+    import solo_ext.methods.dscl as dscl
+    from solo_ext.pretrain import run
+
+    original = dscl.dscl_loss
+
+    def poisoned(*args, **kwargs):
+        loss = original(*args, **kwargs)
+        return loss * float("nan") if rank == 1 else loss
+
+    dscl.dscl_loss = poisoned
+    cfg = tiny_cfg(
+        "dscl",
+        out_dir / "nan",
+        **{"strategy": "ddp", "devices": 2, "optimizer.batch_size": 4, "limit_val_batches": 0},
+    )
+    try:
+        run(cfg)
+    except FloatingPointError as err:
+        return str(err)
+    finally:
+        dscl.dscl_loss = original
+    return "went on"
+
+
 def main() -> None:
     import faulthandler
 
@@ -272,6 +302,7 @@ def main() -> None:
     assert dist.is_initialized() and dist.get_backend() == "gloo"
     result["losses"] = loss_checks(rank, dist.get_world_size())
     result["metrics"] = metric_checks(rank)
+    result["nan_stop"] = nan_on_second_rank(out_dir, rank)  # last: the fit stops with an error
     torch.save(result, out_dir / f"rank{rank}.pt")
 
 

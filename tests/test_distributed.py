@@ -123,3 +123,9 @@ def test_online_knn_is_empty_after_reset_on_every_rank(ranks):
     for result in ranks:
         assert result["metrics"]["knn_after_reset"] == (-1.0, -1.0)
         assert result["metrics"]["lt_knn_after_reset"] == {}
+
+
+def test_a_nan_on_one_process_stops_every_process_at_that_step(ranks):
+    zero, one = (r["nan_stop"] for r in ranks)
+    assert zero.startswith("non-finite loss at step 0: on another process"), zero
+    assert one.startswith("non-finite loss at step 0: train_dscl_loss=nan"), one

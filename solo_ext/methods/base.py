@@ -166,15 +166,21 @@ class MomentumQueueMethod(BaseMomentumMethod):
 
     def check_finite(self, terms: dict[str, torch.Tensor]) -> None:
         """Stops the run when a loss term is NaN or infinite, naming it, before the backward
-        pass: no NaN reaches the weights, the queues or a checkpoint. One device sync."""
+        pass: no NaN reaches the weights, the queues or a checkpoint. One device sync.
+
+        Under distributed training every process stops at the same step (the decision is
+        reduced over them): one that stopped alone would leave the others waiting in the
+        gradient all-reduce."""
         values = torch.stack([v.detach().float().reshape(()) for v in terms.values()])
-        if not bool(torch.isfinite(values).all()):
+        finite = bool(torch.isfinite(values).all())
+        if not self.trainer.strategy.reduce_boolean_decision(finite, all=True):
             bad = ", ".join(
                 f"{name}={float(v):g}" for name, v in zip(terms, values) if not v.isfinite()
             )
             raise FloatingPointError(
-                f"non-finite loss at step {self.trainer.global_step}: {bad}; stopped before "
-                "anything was written (lower the lr, or use bf16 or 32-bit precision)"
+                f"non-finite loss at step {self.trainer.global_step}: "
+                f"{bad or 'on another process'}; stopped before anything was written (lower "
+                "the lr, or use bf16 or 32-bit precision)"
             )
 
     def enqueue_after_step(self, queue: KeyQueue | LabeledQueue, *tensors: torch.Tensor) -> None:
