@@ -1,10 +1,10 @@
 """Exact resumption and safe writes.
 
 - :class:`EpochSeed`: the global RNGs (torch, numpy, random) are reseeded from ``(seed, epoch)``
-  when each training epoch starts, and, when a checkpoint is loaded, for the epoch it resumes
-  at, together with the sampler's epoch (Lightning creates the first iterator of a fit before
-  it calls ``set_epoch``). So a run resumed from an epoch-end checkpoint draws the same batches,
-  augmentations and dropout masks as the uninterrupted run.
+  and the process's rank when each training epoch starts, and, when a checkpoint is loaded, for
+  the epoch it resumes at, together with the sampler's epoch (Lightning creates the first
+  iterator of a fit before it calls ``set_epoch``). So a run resumed from an epoch-end
+  checkpoint draws the same batches, augmentations and dropout masks as the uninterrupted run.
 - :func:`find_auto_resume`: solo-learn's ``auto_resume``: the newest checkpoint under
   ``checkpoint.dir`` whose ``args.json`` matches the run's settings, within ``max_hours``.
 - :class:`AtomicCheckpointIO`: checkpoints through ``solo_ext.common.atomic_write`` (a
@@ -55,15 +55,27 @@ def _resumed_epoch(checkpoint: dict) -> int:
         return int(checkpoint.get("epoch", -1)) + 1
 
 
+def epoch_seed(seed: int, epoch: int, rank: int = 0) -> int:
+    """The seed of ``(seed, epoch)`` on process ``rank``: the first process's is the one of a
+    single-process run; each other process gets its own, so that the processes of a
+    distributed run draw their own augmentations (with one seed, the two halves of a 2-process
+    batch would be cropped, flipped and jittered alike)."""
+    value = (seed * SEED_STRIDE + epoch) % 2**63
+    if rank:
+        value = (value * 6364136223846793005 + rank) % 2**63  # an LCG step: another stream
+    return value
+
+
 class EpochSeed(Callback):
-    """Reseeds the global RNGs per epoch; sets the sampler's epoch on resumption."""
+    """Reseeds the global RNGs per epoch (and process); sets the sampler's epoch on
+    resumption."""
 
     def __init__(self, seed: int, sampler: Any = None, generator: torch.Generator | None = None):
         self.seed, self.sampler, self.generator = int(seed), sampler, generator
         self._resumed_at: int | None = None
 
-    def reseed(self, epoch: int) -> None:
-        value = (self.seed * SEED_STRIDE + epoch) % 2**63
+    def reseed(self, epoch: int, rank: int = 0) -> None:
+        value = epoch_seed(self.seed, epoch, rank)
         torch.manual_seed(value)
         if self.generator is not None:  # the loader's: the workers' base seed
             self.generator.manual_seed(value)
@@ -72,7 +84,7 @@ class EpochSeed(Callback):
 
     def on_load_checkpoint(self, trainer, pl_module, checkpoint: dict) -> None:
         epoch = _resumed_epoch(checkpoint)
-        self.reseed(epoch)
+        self.reseed(epoch, trainer.global_rank)
         if hasattr(self.sampler, "set_epoch"):
             self.sampler.set_epoch(epoch)
         self._resumed_at = epoch
@@ -81,7 +93,7 @@ class EpochSeed(Callback):
         if self._resumed_at == trainer.current_epoch:
             self._resumed_at = None  # seeded at load time, before the first batch was drawn
             return
-        self.reseed(trainer.current_epoch)
+        self.reseed(trainer.current_epoch, trainer.global_rank)
 
 
 # solo-learn's AutoResumer compares these settings

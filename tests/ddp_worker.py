@@ -202,7 +202,12 @@ def training_runs(out_dir: Path, rank: int) -> dict:
             if k.startswith(("queue", "dense_queue"))
         }
         momentum = torch.cat([p.flatten() for p in model.momentum_backbone.parameters()])
-        runs[name] = {"buffers": buffers, "momentum": momentum, "drawn": list(drawn)}
+        runs[name] = {
+            "buffers": buffers,
+            "momentum": momentum,
+            "drawn": list(drawn),
+            "seed": torch.initial_seed(),  # the last epoch's reseed (EpochSeed)
+        }
     IndexedNCrop.__getitem__ = original
     return runs
 

@@ -73,6 +73,11 @@ def test_ranks_agree_after_ddp_steps(ranks, method):
     for key in pointers:
         assert zero["buffers"][key].item() == (3 * 2 * 4) % 20, key
     assert zero["drawn"] and not set(zero["drawn"]) & set(one["drawn"])
+    # each process its own augmentations; the first one those of a single-process run
+    from solo_ext.resume import epoch_seed
+
+    assert (zero["seed"], one["seed"]) == (epoch_seed(0, 0, 0), epoch_seed(0, 0, 1))
+    assert zero["seed"] != one["seed"]
 
 
 def one_process_metrics(rows: dict[str, slice] | None = None) -> dict:
