@@ -36,17 +36,28 @@ def test_tiny_run_prints_and_writes_every_row(tmp_path, capsys):
     assert len(kernels) == 3 * len(K.KERNELS)
     steps = [r for r in rows if r["kind"] == "step"]
     assert {r["candidate"] for r in steps} == {"dscl", "scl"}
+    by_label = {(r["name"], r["candidate"]): r for r in rows}
+    assert len(by_label) == len(rows)
     for r in rows:
-        assert r["median_s"] > 0
-    # each ratio is the candidate's median over its reference's, measured in the same run
-    for name in {r["name"] for r in rows if r["kind"] == "kernel"}:
-        by = {r["candidate"]: r for r in rows if r["name"] == name}
-        want = by["solo-ext"]["median_s"] / by["floor"]["median_s"]
-        assert by["solo-ext"]["ratio_vs_floor"] == pytest.approx(want, rel=1e-6)
+        assert 0 < r["q1_s"] <= r["median_s"] <= r["q3_s"], r
+        # each ratio is the row's median over its reference's, measured in the same run
+        if r["kind"] == "kernel":
+            for ref in ("floor", "straightforward"):
+                want = r["median_s"] / by_label[(r["name"], ref)]["median_s"]
+                assert r[f"ratio_vs_{ref}"] == pytest.approx(want, rel=1e-9), (r, ref)
+        else:
+            ref = by_label[(r["name"], r["reference"])]
+            want = r["median_s"] / ref["median_s"]
+            assert r["ratio_vs_reference"] == pytest.approx(want, rel=1e-9), r
+            want = r["gflops"] / ref["gflops"]
+            assert r["flops_ratio_vs_reference"] == pytest.approx(want, rel=1e-9), r
+            # two views of B images per step (B=4 in --tiny)
+            batch = int(r["shape"].rsplit(" B=", 1)[1])
+            assert batch == 4
+            assert r["images_per_s"] == pytest.approx(2 * batch / r["median_s"], rel=1e-9), r
     scl = next(r for r in steps if r["candidate"] == "scl")
     dscl = next(r for r in steps if r["candidate"] == "dscl")
-    want = dscl["median_s"] / scl["median_s"]
-    assert dscl["ratio_vs_reference"] == pytest.approx(want, rel=1e-6)
+    assert dscl["reference"] == scl["reference"] == "scl"
     # CPU peak memory of each kernel: DSCL's loss never materialises the [B, K] masks
     peak = {r["candidate"]: r["peak_mib"] for r in rows if r["name"] == "dscl loss"}
     assert 0 < peak["solo-ext"] < peak["straightforward"]

@@ -7,6 +7,7 @@ embedded data, and leaves a checkpoint in solo-learn's layout that the kNN evalu
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,7 @@ from conftest import METHOD_NAMES, eval_cfg
 from solo_ext import knn, register
 from solo_ext.data.datasets import IndexedNCrop, build_dataset
 from solo_ext.data.samplers import build_sampler
+from solo_ext.eval.knn_classifier import LongTailKNN
 from solo_ext.host import METHODS, BaseMethod
 from solo_ext.pretrain import parse_cfg, run
 from solo_ext.registry import load
@@ -101,8 +103,41 @@ def test_fit_with_long_tail_sampler(sampler, make_cfg, monkeypatch):
     assert len(drawn) >= steps and drawn[:steps] == order[:steps]
 
 
+def weighted_knn_hits(
+    train_x: torch.Tensor, train_y: torch.Tensor, test_x: torch.Tensor, test_y: torch.Tensor, k: int
+) -> torch.Tensor:
+    """Whether each test feature's class is the vote of its k most cosine-similar training
+    features, each voting exp(similarity / 0.07) (solo-learn's temperature) for its class."""
+    train_x = train_x / train_x.norm(dim=1, keepdim=True)
+    hits = []
+    for x, y in zip(test_x / test_x.norm(dim=1, keepdim=True), test_y.tolist()):
+        sim = train_x @ x
+        votes: dict[int, float] = {}
+        for i in sim.argsort(descending=True)[:k].tolist():
+            label = int(train_y[i])
+            votes[label] = votes.get(label, 0.0) + math.exp(float(sim[i]) / 0.07)
+        hits.append(max(votes, key=votes.__getitem__) == y)
+    return torch.tensor(hits, dtype=torch.float64)
+
+
 @pytest.mark.parametrize("method", METHOD_NAMES)
-def test_online_knn_logs_shot_groups(method, make_cfg):
+def test_online_knn_logs_shot_groups(method, make_cfg, monkeypatch):
+    """The logged Many / Medium / Few accuracies are those of the weighted kNN written here
+    (cosine, k 3, T 0.07) on the features the online kNN was given (recorded as it gets them),
+    grouped by the training images per class with the thresholds given here."""
+    fed: dict[str, list] = {"train": [], "val": []}
+    original = LongTailKNN.update
+
+    def recording(
+        self, train_features=None, train_targets=None, test_features=None, test_targets=None
+    ):
+        if train_features is not None:
+            fed["train"].append((train_features.detach().clone(), train_targets.clone()))
+        if test_features is not None:
+            fed["val"].append((test_features.detach().clone(), test_targets.clone()))
+        return original(self, train_features, train_targets, test_features, test_targets)
+
+    monkeypatch.setattr(LongTailKNN, "update", recording)
     cfg = make_cfg(
         method,
         **{
@@ -115,6 +150,13 @@ def test_online_knn_logs_shot_groups(method, make_cfg):
     )
     metrics = run(cfg)["metrics"]
     assert list(cfg.data.train_class_counts) == [24, 15, 9, 6]  # lt_counts(24, 4, 4)
-    for group in ("many", "medium", "few"):
-        assert 0 <= metrics[f"val_knn_acc1_{group}"] <= 100
-    assert 0 <= metrics["val_knn_acc1"] <= 100
+    # many: more than 20 training images, few: fewer than 8, medium: the rest
+    groups = {"many": [0], "medium": [1, 2], "few": [3]}
+    train_x, train_y = (torch.cat(t) for t in zip(*fed["train"]))
+    val_x, val_y = (torch.cat(t) for t in zip(*fed["val"]))
+    assert len(train_y) == 2 * cfg.optimizer.batch_size  # the first crop of 2 steps
+    assert sorted(val_y.tolist()) == [c for c in range(4) for _ in range(4)]  # both val batches
+    hits = weighted_knn_hits(train_x, train_y, val_x, val_y, k=3)
+    for group, classes in groups.items():
+        want = 100 * hits[torch.isin(val_y, torch.tensor(classes))].mean().item()
+        assert metrics[f"val_knn_acc1_{group}"] == pytest.approx(want, abs=1e-3), group

@@ -7,12 +7,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from omegaconf import OmegaConf
 from PIL import Image
 from torchvision import datasets as tvd
 
 from solo_ext.config import ConfigError
 from solo_ext.data.datasets import build_dataset, fill_data_cfg
+from solo_ext.data.transforms import build_eval_transform
 from solo_ext.pretrain import run
 
 
@@ -74,6 +76,9 @@ def image_folder(tmp_path) -> Path:
 
 
 def test_custom_image_folder_pretrain(image_folder, make_cfg):
+    """The online classifier's val_acc1 / val_loss are those of the trained model on the val
+    folder's images, recomputed here: the files read in class-folder order, class ``c`` for
+    ``class<c>``, both val batches (4 + 2 images) weighted by their size."""
     cfg = make_cfg(
         "scl",
         **{
@@ -84,13 +89,27 @@ def test_custom_image_folder_pretrain(image_folder, make_cfg):
                 "num_workers": 0,
             },
             "optimizer.batch_size": 4,
+            "limit_val_batches": 2,  # all 6 val images
         },
     )
     cfg.data.num_classes = None  # counted from the class folders
     result = run(cfg)
-    assert result["metrics"]["val_acc1"] >= 0
     args = (Path(result["run_dir"]) / "args.json").read_text()
     assert '"num_classes": 3' in args
+
+    transform = build_eval_transform("custom", 32)
+    files = sorted((image_folder / "val").glob("class*/*.png"))
+    images = torch.stack([transform(Image.open(f).convert("RGB")) for f in files])
+    labels = torch.tensor([int(f.parent.name.removeprefix("class")) for f in files])
+    assert labels.tolist() == [0, 0, 1, 1, 2, 2]
+    model = result["model"].eval()
+    with torch.no_grad():
+        logits = model.classifier(model.backbone(images))
+    acc1 = 100 * (logits.argmax(dim=1) == labels).double().mean().item()
+    loss = torch.nn.functional.cross_entropy(logits, labels).item()
+    assert result["metrics"]["val_acc1"] == pytest.approx(acc1, abs=1e-3)
+    # the loss also sees the labels when every image gets the same prediction
+    assert result["metrics"]["val_loss"] == pytest.approx(loss, rel=1e-4)
 
 
 def test_custom_num_classes_mismatch(image_folder, make_cfg):
