@@ -154,9 +154,11 @@ def test_online_knn_logs_shot_groups(method, make_cfg, monkeypatch):
     groups = {"many": [0], "medium": [1, 2], "few": [3]}
     train_x, train_y = (torch.cat(t) for t in zip(*fed["train"]))
     val_x, val_y = (torch.cat(t) for t in zip(*fed["val"]))
-    assert len(train_y) == 2 * cfg.optimizer.batch_size  # the first crop of 2 steps
+    assert len(train_y) == 2 * 2 * cfg.optimizer.batch_size  # both large crops of 2 steps
     assert sorted(val_y.tolist()) == [c for c in range(4) for _ in range(4)]  # both val batches
     hits = weighted_knn_hits(train_x, train_y, val_x, val_y, k=3)
+    # one online kNN: the overall accuracy is that of the same vote
+    assert metrics["val_knn_acc1"] == pytest.approx(100 * hits.mean().item(), abs=1e-3)
     for group, classes in groups.items():
         want = 100 * hits[torch.isin(val_y, torch.tensor(classes))].mean().item()
         assert metrics[f"val_knn_acc1_{group}"] == pytest.approx(want, abs=1e-3), group

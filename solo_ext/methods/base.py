@@ -86,6 +86,12 @@ class MomentumQueueMethod(BaseMomentumMethod):
         self.queue = self.build_queue(kw)
         self._pending: list[tuple[KeyQueue | LabeledQueue, tuple[torch.Tensor, ...]]] = []
         self.lt_knn = long_tail_knn(cfg)
+        if self.lt_knn is not None:
+            # one online kNN: the long-tail one logs val_knn_acc1 / acc5 (on the features the
+            # host's would take) with the split; two would log the same keys, which Lightning
+            # averages into a value of neither
+            self.knn_eval = False
+            del self.knn
 
     def build_projector(self, kw: DictConfig) -> torch.nn.Module:
         """The projector (and, called again, its momentum copy): MoCo v2's 2-layer MLP."""
@@ -209,11 +215,14 @@ class MomentumQueueMethod(BaseMomentumMethod):
         super().on_train_batch_end(outputs, batch, batch_idx)
 
     def record_train_features(self, out: dict[str, Any], batch: Sequence[Any]) -> None:
-        """Feeds the long-tail online kNN with the first crop's features."""
+        """Feeds the long-tail online kNN with the features of every large crop, as solo-learn's
+        online kNN takes them."""
         if self.lt_knn is not None:
-            labelled = batch[2] != -1
+            labels = batch[2].repeat(self.num_large_crops)
+            feats = torch.cat(out["feats"][: self.num_large_crops])
+            labelled = labels != -1
             self.lt_knn.update(
-                train_features=out["feats"][0][labelled], train_targets=batch[2][labelled]
+                train_features=feats[labelled].detach(), train_targets=labels[labelled]
             )
 
     def base_validation_step(self, X: torch.Tensor, targets: torch.Tensor) -> dict[str, Any]:
