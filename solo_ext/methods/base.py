@@ -179,12 +179,15 @@ class MomentumQueueMethod(BaseMomentumMethod):
         gradient all-reduce."""
         values = torch.stack([v.detach().float().reshape(()) for v in terms.values()])
         finite = bool(torch.isfinite(values).all())
-        if not self.trainer.strategy.reduce_boolean_decision(finite, all=True):
+        trainer = self._trainer  # (None: a step called outside a fit, as tests do)
+        if trainer is not None:
+            finite = trainer.strategy.reduce_boolean_decision(finite, all=True)
+        if not finite:
             bad = ", ".join(
                 f"{name}={float(v):g}" for name, v in zip(terms, values) if not v.isfinite()
             )
             raise FloatingPointError(
-                f"non-finite loss at step {self.trainer.global_step}: "
+                f"non-finite loss at step {trainer.global_step if trainer else 0}: "
                 f"{bad or 'on another process'}; stopped before anything was written (lower "
                 "the lr, or use bf16 or 32-bit precision)"
             )
