@@ -109,7 +109,8 @@ def test_gradients_reach_only_the_query_branch(make_cfg):
     assert all(p.grad is None and not p.requires_grad for m in momentum for p in m.parameters())
 
 
-def test_queues_advance_by_the_gathered_batch(make_cfg):
+@pytest.mark.parametrize("start", ["random", "empty"])
+def test_queues_advance_by_the_gathered_batch(start, make_cfg):
     cfg = make_cfg(
         "densecl",
         **{
@@ -118,13 +119,16 @@ def test_queues_advance_by_the_gathered_batch(make_cfg):
             "limit_val_batches": 0,
             "method_kwargs.queue_size": 20,
             "method_kwargs.warmup_steps": 1,
+            "method_kwargs.queue_start": start,
         },
     )
     result = run(cfg)
     model, batch = result["model"], cfg.optimizer.batch_size
     for queue in (model.queue, model.dense_queue):
         assert queue.ptr.item() == (2 * batch) % 20  # 2 steps x the second view's batch
-        assert queue.valid.sum().item() == min(20, 2 * batch)
+        # the published start: every random key is a negative from the first step
+        written = 20 if start == "random" else min(20, 2 * batch)
+        assert queue.valid.sum().item() == written
     assert result["metrics"]["densecl_lambda_epoch"] == pytest.approx(0.25)  # steps: 0, then 0.5
 
 

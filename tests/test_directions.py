@@ -116,3 +116,40 @@ def test_densecl_enqueues_b_keys_per_direction(symmetric, make_cfg):
     with torch.no_grad():
         k2 = F.normalize(model.momentum_projector(model.momentum_backbone(batch[1][1])), dim=-1)
     torch.testing.assert_close(model.queue.keys[:B], k2, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("start", ["random", "empty"])
+def test_dscl_first_step_against_the_published_start_of_the_queue(start, make_cfg):
+    """``queue_start: random`` (the default, as the published DSCL code): the queue starts as
+    random unit keys with random labels in [0, classes), and the first step's loss is eq. 8-9
+    over the whole of it; ``empty``: the first step contrasts the batch alone."""
+    from test_dscl_loss import dscl_reference
+
+    model, batch = _model_and_batch(make_cfg, "dscl", **{"method_kwargs.queue_start": start})
+    labels = model.queue.labels
+    if start == "random":
+        assert labels.min() >= 0 and labels.max() < model.num_classes
+        assert len(labels.unique()) == model.num_classes  # 64 draws of 4 classes
+        torch.testing.assert_close(model.queue.keys.norm(dim=1), torch.ones(labels.numel()))
+    else:
+        assert (labels == -1).all()
+    calls = _spy(model)
+    model.training_step(batch, 0)
+    (q, k, targets, _, (keys, queue_labels), value) = calls[0]
+    alpha = 1 / (1 + model.cfg.method_kwargs.beta)
+    want = dscl_reference(q, k, keys, targets, queue_labels, alpha, model.temperature)
+    assert float(value) == pytest.approx(want, rel=1e-5)
+    batch_only = dscl_reference(
+        q, k, keys, targets, torch.full_like(labels, -1), alpha, model.temperature
+    )
+    assert (float(value) == pytest.approx(batch_only, rel=1e-5)) == (start == "empty")
+
+
+@pytest.mark.parametrize("start", ["random", "empty"])
+def test_densecl_queues_start_as_published(start, make_cfg):
+    """DenseCL's global and dense queues: random unit keys, every one a negative from the
+    first step (``random``, the published start), or none until written (``empty``)."""
+    model, _ = _model_and_batch(make_cfg, "densecl", **{"method_kwargs.queue_start": start})
+    for queue in (model.queue, model.dense_queue):
+        torch.testing.assert_close(queue.keys.norm(dim=1), torch.ones(queue.size))
+        assert queue.valid.all() if start == "random" else not queue.valid.any()

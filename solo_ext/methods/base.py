@@ -52,6 +52,11 @@ def require_spatial_map(cfg: DictConfig) -> None:
         )
 
 
+# how a queue starts (``method_kwargs.queue_start``): random unit keys in the loss from the first
+# step (with random labels for a labelled queue), as the published code; or empty slots, left out
+QUEUE_STARTS = ("random", "empty")
+
+
 def long_tail_knn(cfg: DictConfig) -> LongTailKNN | None:
     """The online kNN with the Many / Medium / Few split, when the run knows its class counts
     (``data.train_class_counts``, set by solo-ext-pretrain) and ``knn_eval.enabled``."""

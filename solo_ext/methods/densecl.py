@@ -17,6 +17,9 @@ Extra config (``method_kwargs``):
     grid_size (int | None): pool the map to this grid (None keeps the backbone's).
     symmetric (bool): both directions per step, with a global and a dense queue per view (as
         solo-learn's MoCo v2+). Default False.
+    queue_start (str): ``random``: both queues start as random unit keys, all in the loss from
+        the first step, as the published code; ``empty``: slots are left out until written.
+        Default ``random``.
 With ``lambda: 0`` this is the MoCo v2 baseline of the paper, at MoCo v2's cost: the dense
 branch is then not computed at all.
 """
@@ -33,7 +36,7 @@ from omegaconf import DictConfig
 from solo_ext.config import Option
 from solo_ext.host import gather, initialize_momentum_params
 from solo_ext.losses.densecl import dense_correspondence, densecl_loss, queue_info_nce
-from solo_ext.methods.base import MomentumQueueMethod, require_spatial_map
+from solo_ext.methods.base import QUEUE_STARTS, MomentumQueueMethod, require_spatial_map
 from solo_ext.modules.queue import KeyQueue
 
 
@@ -45,6 +48,7 @@ class DenseCL(MomentumQueueMethod):
         "warmup_steps": Option(0, "int", 0),
         "grid_size": Option(None, "int", 1, nullable=True),
         "symmetric": Option(False, "bool"),
+        "queue_start": Option("random", "str", choices=QUEUE_STARTS),
     }
 
     def __init__(self, cfg: DictConfig):
@@ -63,8 +67,8 @@ class DenseCL(MomentumQueueMethod):
             self.dense_queue_view1 = self.build_queue(kw)
 
     def build_queue(self, kw: DictConfig) -> KeyQueue:
-        """MoCo's queue: keys without labels."""
-        return KeyQueue(kw.queue_size, kw.proj_output_dim)
+        """MoCo's queue: keys without labels, started as ``queue_start`` says."""
+        return KeyQueue(kw.queue_size, kw.proj_output_dim, filled=kw.queue_start == "random")
 
     @classmethod
     def check_method_kwargs(cls, cfg: DictConfig) -> None:

@@ -14,6 +14,9 @@ Extra config (``method_kwargs``):
     symmetric (bool): both directions per step, as solo-learn's MoCo v2+ runs them: each view's
         queries against the other view's keys and a queue of the other view's keys (one queue
         per view, so no image is twice in a queue). Default False.
+    queue_start (str): ``random``: the queue starts as random unit keys with random labels in
+        [0, classes), all of them in the loss from the first step, as the published code;
+        ``empty``: slots are left out of the loss until written. Default ``random``.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from omegaconf import DictConfig
 from solo_ext.config import Option
 from solo_ext.host import gather
 from solo_ext.losses.scl import scl_loss
-from solo_ext.methods.base import MomentumQueueMethod
+from solo_ext.methods.base import QUEUE_STARTS, MomentumQueueMethod
 from solo_ext.modules import LabeledQueue
 
 
@@ -36,12 +39,18 @@ class SCL(MomentumQueueMethod):
     METHOD_KWARGS: dict[str, Option] = {
         **MomentumQueueMethod.METHOD_KWARGS,
         "symmetric": Option(False, "bool"),
+        "queue_start": Option("random", "str", choices=QUEUE_STARTS),
     }
 
     def __init__(self, cfg: DictConfig):
         super().__init__(cfg)
         # self.queue holds the second view's keys; with symmetric, a queue of the first view's
         self.queue_view1 = self.build_queue(cfg.method_kwargs) if self.symmetric else None
+
+    def build_queue(self, kw: DictConfig) -> LabeledQueue:
+        """The labelled queue, started as ``queue_start`` says."""
+        classes = self.num_classes if kw.queue_start == "random" else None
+        return LabeledQueue(kw.queue_size, kw.proj_output_dim, num_classes=classes)
 
     @property
     def symmetric(self) -> bool:

@@ -43,11 +43,17 @@ class _Ring(nn.Module):
 
 
 class KeyQueue(_Ring):
-    """Queue of unlabelled keys; ``valid`` marks the slots written so far."""
+    """Queue of unlabelled keys; ``valid`` marks the slots in use.
 
-    def __init__(self, size: int, dim: int):
+    Args:
+        size, dim: slots and key dimension.
+        filled: the random unit keys it starts with count as keys (valid from the first step,
+            as the published MoCo-style code starts); otherwise only written slots are valid.
+    """
+
+    def __init__(self, size: int, dim: int, filled: bool = False):
         super().__init__(size, dim)
-        self.register_buffer("written", torch.zeros(size, dtype=torch.bool))
+        self.register_buffer("written", torch.full((size,), bool(filled), dtype=torch.bool))
 
     @torch.no_grad()
     def enqueue(self, keys: torch.Tensor) -> None:
@@ -62,11 +68,23 @@ class KeyQueue(_Ring):
 
 
 class LabeledQueue(_Ring):
-    """Queue of keys and labels [size] (``EMPTY`` = an empty slot, to be masked)."""
+    """Queue of keys and labels [size] (``EMPTY`` = an empty slot, to be masked).
 
-    def __init__(self, size: int, dim: int):
+    Args:
+        size, dim: slots and key dimension.
+        num_classes: when given, the queue starts full: its random unit keys get random labels
+            in [0, num_classes) (the published DSCL code's start); otherwise it starts empty.
+    """
+
+    def __init__(self, size: int, dim: int, num_classes: int | None = None):
         super().__init__(size, dim)
-        self.register_buffer("labels", torch.full((size,), EMPTY, dtype=torch.long))
+        if num_classes is None:
+            labels = torch.full((size,), EMPTY, dtype=torch.long)
+        elif num_classes < 1:
+            raise ValueError(f"num_classes={num_classes}: must be >= 1")
+        else:
+            labels = torch.randint(0, num_classes, (size,))
+        self.register_buffer("labels", labels)
 
     @torch.no_grad()
     def enqueue(self, keys: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
