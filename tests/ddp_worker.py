@@ -172,12 +172,30 @@ def training_runs(out_dir: Path, rank: int) -> dict:
         return original(self, index)
 
     IndexedNCrop.__getitem__ = recording
+    from solo_ext.methods.dscl import DSCL
+    from solo_ext.methods.scl import SCL
+
+    anchors: list[int] = []  # the in-batch set's size, per contrastive loss
+    losses = {cls: cls.contrastive_loss for cls in (SCL, DSCL)}  # (PBSD's is DSCL's)
+
+    def counting(loss):
+        def count(self, q, k, labels, queue):
+            anchors.append(q.size(0))
+            return loss(self, q, k, labels, queue)
+
+        return count
+
+    for cls, loss in losses.items():
+        cls.contrastive_loss = counting(loss)
     runs = {}
-    # every method, and dscl with both directions and a queue per view
+    # every method, dscl with both directions and a queue per view, and dscl contrasting the
+    # gathered batch
     variants = [(m, m, {}) for m in sorted(SOLO_EXT_METHODS)]
     variants.append(("dscl_symmetric", "dscl", {"method_kwargs.symmetric": True}))
+    variants.append(("dscl_batch_gather", "dscl", {"method_kwargs.batch_gather": True}))
     for name, method, extra in variants:
         drawn.clear()
+        anchors.clear()
         cfg = tiny_cfg(
             method,
             out_dir / "models",
@@ -207,8 +225,11 @@ def training_runs(out_dir: Path, rank: int) -> dict:
             "momentum": momentum,
             "drawn": list(drawn),
             "seed": torch.initial_seed(),  # the last epoch's reseed (EpochSeed)
+            "anchors": list(anchors),
         }
     IndexedNCrop.__getitem__ = original
+    for cls, loss in losses.items():
+        cls.contrastive_loss = loss
     return runs
 
 

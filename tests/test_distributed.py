@@ -60,7 +60,9 @@ def test_all4one_feature_term_is_each_ranks_own(ranks):
         assert terms["feature"] != pytest.approx(terms["whole_feature"], rel=1e-3)
 
 
-@pytest.mark.parametrize("method", [*sorted(SOLO_EXT_METHODS), "dscl_symmetric"])
+@pytest.mark.parametrize(
+    "method", [*sorted(SOLO_EXT_METHODS), "dscl_symmetric", "dscl_batch_gather"]
+)
 def test_ranks_agree_after_ddp_steps(ranks, method):
     zero, one = (r["runs"][method] for r in ranks)
     assert zero["buffers"].keys() == one["buffers"].keys() and zero["buffers"]
@@ -134,3 +136,14 @@ def test_a_nan_on_one_process_stops_every_process_at_that_step(ranks):
     zero, one = (r["nan_stop"] for r in ranks)
     assert zero.startswith("non-finite loss at step 0: on another process"), zero
     assert one.startswith("non-finite loss at step 0: train_dscl_loss=nan"), one
+
+
+@pytest.mark.parametrize(
+    "method,per_loss", [("scl", 4), ("dscl", 4), ("pbsd", 4), ("dscl_batch_gather", 8)]
+)
+def test_the_in_batch_set_is_each_process_own_batch(ranks, method, per_loss):
+    """As the published code (``cat(q, k, queue)`` before any gather): each process contrasts
+    its own 4 queries and keys, and the keys of both enter the queue (the pointer test above);
+    ``batch_gather: true`` contrasts the gathered 8."""
+    for rank in ranks:
+        assert rank["runs"][method]["anchors"] == [per_loss] * 3  # 3 steps, one direction

@@ -4,7 +4,9 @@ The SCL baseline of the DSCL paper (Xuan & Zhang, AAAI 2024, eq. 1-2), MoCo-styl
 
 One direction per step, as the published DSCL code trains: the anchors are the queries of the
 first large crop, their keys come from the second one (momentum encoder), and those B keys (of
-the gathered batch) are enqueued after the step.
+the gathered batch) are enqueued after the step. Under distributed training the in-batch
+contrast set is each process's own queries and keys, as the published code's (only the enqueued
+keys are gathered); ``batch_gather`` contrasts the gathered batch instead.
 
 Extra config (``method_kwargs``):
     proj_hidden_dim (int): projector hidden width. Default 2048.
@@ -14,6 +16,9 @@ Extra config (``method_kwargs``):
     symmetric (bool): both directions per step, as solo-learn's MoCo v2+ runs them: each view's
         queries against the other view's keys and a queue of the other view's keys (one queue
         per view, so no image is twice in a queue). Default False.
+    batch_gather (bool): the in-batch contrast set (anchors, their keys and the other
+        positives and negatives of the batch) is the batch gathered over all processes; by
+        default each process's own, as the published code. The same on one process.
     queue_start (str): ``random``: the queue starts as random unit keys with random labels in
         [0, classes), all of them in the loss from the first step, as the published code;
         ``empty``: slots are left out of the loss until written. Default ``random``.
@@ -40,6 +45,7 @@ class SCL(MomentumQueueMethod):
         **MomentumQueueMethod.METHOD_KWARGS,
         "symmetric": Option(False, "bool"),
         "queue_start": Option("random", "str", choices=QUEUE_STARTS),
+        "batch_gather": Option(False, "bool"),
     }
 
     def __init__(self, cfg: DictConfig):
@@ -59,8 +65,9 @@ class SCL(MomentumQueueMethod):
     def contrastive_loss(
         self, q: torch.Tensor, k: torch.Tensor, labels: torch.Tensor, queue: LabeledQueue
     ) -> torch.Tensor:
-        """The method's loss for one (query view, key view) direction on the gathered batch,
-        against the queue of the key view's earlier keys."""
+        """The method's loss for one (query view, key view) direction on the in-batch set (this
+        process's batch, or the gathered one), against the queue of the key view's earlier
+        keys."""
         return scl_loss(
             q, k, queue.keys, labels, queue.labels, self.temperature, num_classes=self.num_classes
         )
@@ -70,11 +77,13 @@ class SCL(MomentumQueueMethod):
         ``symmetric``), then the keys enqueued."""
         out = super().training_step(batch, batch_idx)
         self.record_train_features(out, batch)
-        targets = gather(batch[2])
-        q1, k2 = gather(out["z"][0]), gather(out["momentum_z"][1])
+        # the in-batch set: this process's batch (published), or the gathered one
+        batch_set = gather if self.cfg.method_kwargs.batch_gather else (lambda x: x)
+        targets = batch_set(batch[2])
+        q1, k2 = batch_set(out["z"][0]), batch_set(out["momentum_z"][1])
         loss = self.contrastive_loss(q1, k2, targets, self.queue)
         if self.symmetric:
-            q2, k1 = gather(out["z"][1]), gather(out["momentum_z"][0])
+            q2, k1 = batch_set(out["z"][1]), batch_set(out["momentum_z"][0])
             loss = (loss + self.contrastive_loss(q2, k1, targets, self.queue_view1)) / 2
         self.log(f"train_{self.LOSS_NAME}_loss", loss, on_epoch=True, sync_dist=True)
         terms = {f"train_{self.LOSS_NAME}_loss": loss}
@@ -83,9 +92,12 @@ class SCL(MomentumQueueMethod):
             terms["train_auxiliary_loss"] = extra
             loss = loss + extra
         self.check_finite(terms)
-        self.enqueue_after_step(self.queue, k2, targets)
+        # the keys of every process enter the queue (gathered once: a gathered set stays as is)
+        enqueued = (lambda x: x) if self.cfg.method_kwargs.batch_gather else gather
+        targets = enqueued(targets)
+        self.enqueue_after_step(self.queue, enqueued(k2), targets)
         if self.symmetric:
-            self.enqueue_after_step(self.queue_view1, k1, targets)
+            self.enqueue_after_step(self.queue_view1, enqueued(k1), targets)
         return loss + out["loss"]
 
     def auxiliary_loss(self, out: dict[str, Any], batch: Sequence[Any]) -> torch.Tensor | None:
