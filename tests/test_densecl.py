@@ -147,3 +147,37 @@ def test_lambda_zero_is_moco_v2_without_the_dense_branch(make_cfg):
     )
     assert "train_dense_loss" not in moco["metrics"]
     assert torch.equal(moco["model"].queue.keys, warm["model"].queue.keys)
+
+
+@pytest.mark.parametrize("init", ["kaiming", "default"])
+def test_the_neck_starts_as_published(init, make_cfg):
+    """``projector_init: kaiming`` (the published neck's start): the global projector's linear
+    layers Kaiming-normal (fan in, ReLU gain: std sqrt(2 / fan_in)) with zero biases, the dense
+    branch at PyTorch's default (uniform within 1 / sqrt(fan_in)), the key copies equal;
+    ``default``: PyTorch's default for both."""
+    cfg = parse_cfg(
+        make_cfg(
+            "densecl",
+            **{"method_kwargs.projector_init": init, "method_kwargs.proj_hidden_dim": 256},
+        )
+    )
+    torch.manual_seed(0)
+    model = METHODS["densecl"](cfg)
+
+    def linears(module):
+        return [m for m in module.modules() if isinstance(m, torch.nn.Linear)]
+
+    for layer in linears(model.projector):
+        fan_in = layer.weight.size(1)
+        if init == "kaiming":
+            assert layer.weight.std().item() == pytest.approx((2 / fan_in) ** 0.5, rel=0.1)
+            assert layer.weight.abs().max().item() > 1.5 / fan_in**0.5  # normal, not the uniform
+            assert not layer.bias.any()
+        else:
+            assert layer.weight.abs().max().item() <= 1 / fan_in**0.5
+            assert layer.bias.any()
+    for layer in linears(model.dense_projector):
+        assert layer.weight.abs().max().item() <= 1 / layer.weight.size(1) ** 0.5
+        assert layer.bias.any()
+    for a, b in zip(model.projector.parameters(), model.momentum_projector.parameters()):
+        assert torch.equal(a, b)

@@ -17,6 +17,10 @@ Extra config (``method_kwargs``):
     grid_size (int | None): pool the map to this grid (None keeps the backbone's).
     symmetric (bool): both directions per step, with a global and a dense queue per view (as
         solo-learn's MoCo v2+). Default False.
+    projector_init (str): ``kaiming``: the global projector's linear layers start Kaiming-normal
+        (fan in, ReLU gain) with zero biases, the dense branch at PyTorch's default, as the
+        published code initialises its neck; ``default``: PyTorch's default for both. Default
+        ``kaiming``.
     queue_start (str): ``random``: both queues start as random unit keys, all in the loss from
         the first step, as the published code; ``empty``: slots are left out until written.
         Default ``random``.
@@ -49,11 +53,18 @@ class DenseCL(MomentumQueueMethod):
         "grid_size": Option(None, "int", 1, nullable=True),
         "symmetric": Option(False, "bool"),
         "queue_start": Option("random", "str", choices=QUEUE_STARTS),
+        "projector_init": Option("kaiming", "str", choices=("kaiming", "default")),
     }
 
     def __init__(self, cfg: DictConfig):
         super().__init__(cfg)
         kw = cfg.method_kwargs
+        if kw.projector_init == "kaiming":  # the published neck's start; the key copy follows
+            for layer in self.projector.modules():
+                if isinstance(layer, torch.nn.Linear):
+                    torch.nn.init.kaiming_normal_(layer.weight, mode="fan_in", nonlinearity="relu")
+                    torch.nn.init.zeros_(layer.bias)
+            initialize_momentum_params(self.projector, self.momentum_projector)
         # the same MLP as the global projector, applied at every location
         self.dense_projector, self.momentum_dense_projector = (
             self.build_projector(kw) for _ in range(2)
