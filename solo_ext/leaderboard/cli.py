@@ -1,0 +1,125 @@
+"""``solo-ext-leaderboard``'s command line: check the arguments, find the runs, write the tables."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from solo_ext.cli import one_line_errors
+from solo_ext.common import atomic_write_text
+from solo_ext.config import ConfigError
+
+PROG = "solo-ext-leaderboard"
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with its errors in one line (``<prog>: error: ...``, exit status 2)."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        print(f"{self.prog}: error: {message}", file=sys.stderr)
+        raise SystemExit(2)
+
+
+def parser() -> argparse.ArgumentParser:
+    p = _Parser(
+        prog=PROG,
+        description="Tables of measured runs beside published numbers: per dataset, "
+        "<out>/<dataset>.md, .csv and .png; the markdown is also printed.",
+    )
+    p.add_argument(
+        "paths", nargs="+", type=Path, help="run directories, or roots to search (trained_models/)"
+    )
+    p.add_argument(
+        "--out", type=Path, default=Path("leaderboard"), help="output directory (./leaderboard)"
+    )
+    p.add_argument(
+        "--logs",
+        type=Path,
+        action="append",
+        default=[],
+        help="a directory holding solo-learn's lightning_logs/ (default: where each script ran, "
+        "the paths given and the current directory); repeatable",
+    )
+    p.add_argument(
+        "--published",
+        type=Path,
+        default=None,
+        help="the published-numbers CSV (default: the one shipped with solo-ext)",
+    )
+    return p
+
+
+def check_writable(out: Path) -> None:
+    """``--out`` is a directory that exists and is writable, or can be made."""
+    existing = out
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise ConfigError(f"--out={str(out)!r}: {str(existing)!r} is not a directory")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise ConfigError(f"--out={str(out)!r}: {str(existing)!r} is not writable")
+
+
+def check_args(args: argparse.Namespace) -> None:
+    """Every path exists and the output directory can be written; else one line."""
+    for path in args.paths:
+        if not path.exists():
+            raise ConfigError(f"paths: {str(path)!r}: no such file or directory")
+        if not path.is_dir():
+            raise ConfigError(f"paths: {str(path)!r}: not a directory (a run directory or root)")
+    for path in args.logs:
+        if not path.is_dir():
+            raise ConfigError(f"--logs={str(path)!r}: no such directory")
+    if args.published is not None and not args.published.is_file():
+        raise ConfigError(f"--published={str(args.published)!r}: no such file")
+    check_writable(args.out)
+
+
+def _safe(name: str) -> str:
+    return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in name) or "dataset"
+
+
+def run(argv: list[str] | None = None) -> dict[str, list]:
+    """The command: returns dataset -> its rows (see :func:`build_tables`)."""
+    args = parser().parse_args(argv)
+    with one_line_errors(PROG):
+        check_args(args)
+        from solo_ext.leaderboard.published import PUBLISHED_CSV, load_published
+        from solo_ext.leaderboard.runs import find_runs
+
+        source = args.published or PUBLISHED_CSV
+        try:
+            published = load_published(source)
+        except (ValueError, OSError, UnicodeDecodeError) as err:
+            raise ConfigError(f"--published={str(source)!r}: {err}") from None
+        found = find_runs(args.paths, args.logs)
+        for path, reason in found.skipped:
+            print(f"{PROG}: skipped {path}: {reason}", file=sys.stderr)
+        if not found.runs:
+            shown = ", ".join(repr(str(p)) for p in args.paths)
+            raise ConfigError(f"paths: no run with a result found under {shown}")
+        return write(found.runs, published, args.out)
+
+
+def write(runs: list, published: list, out: Path) -> dict[str, list]:
+    """Writes ``<out>/<dataset>.{md,csv,png}`` for every dataset and prints the markdown."""
+    from solo_ext.leaderboard.plot import plot
+    from solo_ext.leaderboard.table import build_tables, csv_text, markdown
+
+    tables = build_tables(runs, published)
+    out.mkdir(parents=True, exist_ok=True)
+    for dataset, rows in tables.items():
+        name = _safe(dataset)
+        text = markdown(dataset, rows)
+        atomic_write_text(out / f"{name}.md", text)
+        atomic_write_text(out / f"{name}.csv", csv_text(rows))
+        plot(dataset, rows, out / f"{name}.png")
+        print(text)
+    print(f"wrote {len(tables)} table(s) ({', '.join(tables)}) to {out}/: .md, .csv and .png")
+    return tables
+
+
+def main() -> None:
+    run()

@@ -1,0 +1,201 @@
+"""Published numbers (``published.csv``, shipped with the package) and what a measured run is
+compared on: the protocol options of each method whose default is the published protocol, and
+the published row a run sits beside."""
+
+from __future__ import annotations
+
+import csv
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+PUBLISHED_CSV = Path(__file__).with_name("published.csv")
+
+COLUMNS = (
+    "dataset", "method", "label", "config", "backbone", "epochs", "batch", "linear_eval",
+    "linear_acc1", "knn_acc1", "many", "medium", "few", "protocol", "source",
+)  # fmt: skip
+LINEAR_EVALS = ("offline", "online", "")  # "": the source does not say
+
+# method -> its ``method_kwargs`` keys whose METHOD_KWARGS default is the published protocol
+# (README: "The published protocols, and the options that differ"); a run that sets one of them
+# to another value is flagged
+PROTOCOL_OPTIONS: dict[str, tuple[str, ...]] = {
+    "scl": ("symmetric", "queue_start", "batch_gather"),
+    "dscl": ("symmetric", "queue_start", "batch_gather"),
+    "pbsd": ("symmetric", "queue_start", "batch_gather", "patch_source"),
+    "densecl": ("symmetric", "queue_start", "warmup_steps", "projector_init"),
+    "all4one_ct": ("feature_gather",),
+}
+# what a run made before an option existed ran with, where that was not the published protocol
+# (args.json holds every declared key, so a missing one dates the run); other missing keys are
+# taken as the default
+BEFORE_OPTION: dict[str, Any] = {
+    "queue_start": "empty",
+    "batch_gather": True,
+    "projector_init": "default",
+}
+# options that change nothing on one process (what is gathered is the process's own batch)
+SAME_ON_ONE_PROCESS = ("batch_gather", "feature_gather")
+
+# a solo-ext method -> the method name its published rows carry, where the two differ
+COUNTERPARTS = {"all4one_ct": "all4one"}
+
+
+@dataclass(frozen=True)
+class Published:
+    """One row of ``published.csv``: a number as published, with its source and protocol."""
+
+    dataset: str
+    method: str
+    label: str
+    config: dict[str, str] = field(default_factory=dict)
+    backbone: str | None = None
+    epochs: int | None = None
+    batch: int | None = None
+    linear_eval: str = ""
+    linear_acc1: float | None = None
+    knn_acc1: float | None = None
+    many: float | None = None
+    medium: float | None = None
+    few: float | None = None
+    protocol: str = ""
+    source: str = ""
+
+
+def _number(text: str, kind: type, where: str) -> Any:
+    if not text.strip():
+        return None
+    try:
+        return kind(text)
+    except ValueError:
+        what = "an integer" if kind is int else "a number"
+        raise ValueError(f"{where}: {text!r} is not {what}") from None
+
+
+def _config(text: str, where: str) -> dict[str, str]:
+    pairs = {}
+    for item in filter(None, (p.strip() for p in text.split(";"))):
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise ValueError(f"{where}: {item!r} is not key=value")
+        pairs[key.strip()] = value.strip()
+    return pairs
+
+
+def load_published(path: str | Path = PUBLISHED_CSV) -> list[Published]:
+    """The rows of a published-numbers file, in file order.
+
+    Args:
+        path: A CSV file with the columns of :data:`COLUMNS` (``config``: ``key=value`` pairs
+            separated by ``;``, the ``method_kwargs`` a row's method was run with where they are
+            not the defaults).
+
+    Returns:
+        One :class:`Published` per line.
+
+    Raises:
+        ValueError: A missing column, an unparsable number, an unknown ``linear_eval`` or a
+            row without its dataset, method, label or source.
+    """
+    with open(path, newline="") as f:
+        reader = csv.DictReader(f)
+        missing = [c for c in COLUMNS if c not in (reader.fieldnames or ())]
+        if missing:
+            raise ValueError(f"{path}: no column {missing[0]!r}")
+        rows = []
+        for line, raw in enumerate(reader, start=2):
+            where = f"{path}:{line}"
+            for key in ("dataset", "method", "label", "source"):
+                if not raw[key].strip():
+                    raise ValueError(f"{where}: empty {key!r}")
+            if raw["linear_eval"] not in LINEAR_EVALS:
+                raise ValueError(f"{where}: linear_eval={raw['linear_eval']!r}")
+            numbers = {
+                k: _number(raw[k], float, f"{where} {k}")
+                for k in ("linear_acc1", "knn_acc1", "many", "medium", "few")
+            }
+            rows.append(
+                Published(
+                    dataset=raw["dataset"],
+                    method=raw["method"],
+                    label=raw["label"],
+                    config=_config(raw["config"], f"{where} config"),
+                    backbone=raw["backbone"] or None,
+                    epochs=_number(raw["epochs"], int, f"{where} epochs"),
+                    batch=_number(raw["batch"], int, f"{where} batch"),
+                    linear_eval=raw["linear_eval"],
+                    protocol=raw["protocol"],
+                    source=raw["source"],
+                    **numbers,
+                )
+            )
+    return rows
+
+
+def show_value(value: Any) -> str:
+    """A config value as written in a table: JSON for booleans, numbers and null, else text."""
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+def protocol_defaults(method: str) -> dict[str, Any]:
+    """The METHOD_KWARGS default of each of ``method``'s :data:`PROTOCOL_OPTIONS` (none for a
+    method without protocol options, e.g. solo-learn's own)."""
+    keys = PROTOCOL_OPTIONS.get(method, ())
+    if not keys:
+        return {}
+    from solo_ext.registry import load  # the method's module (and its host): only when needed
+
+    declared = load(method).METHOD_KWARGS
+    return {key: declared[key].default for key in keys if key in declared}
+
+
+def protocol_differences(
+    method: str, method_kwargs: dict[str, Any], processes: int | None = None
+) -> list[str]:
+    """``key=value`` for each protocol option of ``method`` that ``method_kwargs`` (a run's
+    ``args.json``) sets to something other than its published default (a key it lacks: the
+    :data:`BEFORE_OPTION` value, else the default); on ``processes=1`` those of
+    :data:`SAME_ON_ONE_PROCESS` are left out."""
+    out = []
+    for key, default in protocol_defaults(method).items():
+        if processes == 1 and key in SAME_ON_ONE_PROCESS:
+            continue
+        value = method_kwargs.get(key, BEFORE_OPTION.get(key, default))
+        if show_value(value) != show_value(default):
+            out.append(f"{key}={show_value(value)}")
+    return out
+
+
+def counterpart(
+    rows: list[Published],
+    dataset: str,
+    method: str,
+    method_kwargs: dict[str, Any],
+    backbone: str | None,
+    linear_eval: str,
+) -> Published | None:
+    """The published row a measured run is compared with: same dataset and method (or its
+    :data:`COUNTERPARTS` name), every ``config`` pair of the row set so in the run; among those,
+    the most specific config, then the same linear evaluation (offline / online), then the same
+    backbone, then file order."""
+    names = {method, COUNTERPARTS.get(method, method)}
+    found = [
+        r
+        for r in rows
+        if r.dataset == dataset
+        and r.method in names
+        and all(show_value(method_kwargs.get(k)) == v for k, v in r.config.items())
+    ]
+    if not found:
+        return None
+    return max(
+        found,
+        key=lambda r: (
+            len(r.config),
+            r.linear_eval == linear_eval,
+            r.backbone == backbone,
+            -rows.index(r),
+        ),
+    )

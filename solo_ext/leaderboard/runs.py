@@ -1,0 +1,382 @@
+"""Measured runs: pretraining run directories (solo-ext's and solo-learn's layout), the linear /
+kNN evaluations of each, read from files only (no checkpoint is loaded).
+
+Where a result comes from, first found first:
+
+- linear top-1 (and Many / Medium / Few): ``metrics.json``'s ``linear_*`` (``solo-ext-linear``),
+  else the last validation row of a ``main_linear.py`` run whose ``pretrained_feature_extractor``
+  is a checkpoint of the run, else the run's own online classifier (``val_acc1`` in its CSV log);
+- kNN top-1 (and groups): ``metrics.json``'s ``knn_*`` (``solo-ext-knn``, the final kNN of
+  ``solo-ext-pretrain``), else the online kNN (``val_knn_acc1``, ``val_knn_acc1_<group>``).
+
+CSV logs: ``<run>/logs*/metrics.csv`` (``solo-ext-pretrain``), or for solo-learn's scripts
+without wandb Lightning's ``lightning_logs/version_<N>/metrics.csv`` in the directory the script
+ran in, where ``N`` is the run directory's name (solo-learn names runs by the logger's version).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from solo_ext.config import ConfigError, world_size
+
+GROUPS = ("many", "medium", "few")
+
+
+@dataclass
+class Eval:
+    """One evaluation's top-1 and Many / Medium / Few accuracy (percent; None: not measured)."""
+
+    acc1: float | None
+    groups: dict[str, float | None]
+    kind: str  # "offline" (a probe or kNN of the final backbone) or "online" (during training)
+    origin: str  # the file or run it was read from
+    note: str = ""  # its settings (epochs, sampler, k)
+
+
+@dataclass
+class Run:
+    """A pretraining run with the results found for it."""
+
+    path: Path
+    method: str
+    dataset: str
+    backbone: str | None
+    epochs: int | None
+    batch: int | None  # over all processes
+    processes: int | None
+    method_kwargs: dict[str, Any]
+    args: dict[str, Any] = field(repr=False)
+    linear: Eval | None = None
+    knn: Eval | None = None
+
+
+@dataclass
+class Found:
+    """What a search found: runs, linear runs (solo-learn's) and the directories skipped."""
+
+    runs: list[Run] = field(default_factory=list)
+    linear_runs: list[tuple[Path, dict[str, Any]]] = field(default_factory=list)
+    skipped: list[tuple[Path, str]] = field(default_factory=list)
+
+
+def _float(value: Any) -> float | None:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return None if math.isnan(number) or math.isinf(number) else number
+
+
+def _get(mapping: Any, dotted: str) -> Any:
+    for key in dotted.split("."):
+        if not isinstance(mapping, dict):
+            return None
+        mapping = mapping.get(key)
+    return mapping
+
+
+def candidate_dirs(root: Path) -> tuple[list[Path], list[Path]]:
+    """Run directories under ``root`` (those holding ``args.json``; ``root`` itself if it does),
+    and the directories that look like runs but are not: beside a run directory (solo-learn's
+    ``<method>/<run id>`` level) or holding a run's files, without ``args.json``."""
+    if (root / "args.json").is_file():
+        return [root], []
+    runs = sorted({p.parent for p in root.rglob("args.json") if p.is_file()})
+    run_set = set(runs)
+
+    def in_a_run(path: Path) -> bool:
+        return path in run_set or any(parent in run_set for parent in path.parents)
+
+    others = {d for run in runs for d in run.parent.iterdir() if d.is_dir()}
+    others |= {p.parent for p in root.rglob("metrics.json")}
+    others |= {p.parent.parent for p in root.rglob("logs/metrics.csv")}
+    others |= {p.parent for p in root.rglob("*.ckpt")}
+    others = {d for d in others if not in_a_run(d) and not any(d in r.parents for r in runs)}
+    return runs, sorted(others)
+
+
+def read_args(run_dir: Path) -> dict[str, Any]:
+    """``args.json`` as a dict; a ValueError saying why it cannot be read."""
+    path = run_dir / "args.json"
+    try:
+        args = json.loads(path.read_text())
+    except json.JSONDecodeError as err:
+        raise ValueError(f"args.json is not valid JSON ({err.msg}, line {err.lineno})") from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise ValueError(f"args.json cannot be read ({type(err).__name__})") from None
+    if not isinstance(args, dict):
+        raise ValueError(f"args.json holds a {type(args).__name__}, not a config")
+    return args
+
+
+def _last_val_row(path: Path, keys: tuple[str, ...]) -> dict[str, str] | None:
+    """The last row of a Lightning CSV log with a value in one of ``keys``."""
+    try:
+        with open(path, newline="") as f:
+            rows = [r for r in csv.DictReader(f) if any(_float(r.get(k)) is not None for k in keys)]
+    except (OSError, UnicodeDecodeError, csv.Error):
+        return None
+    return rows[-1] if rows else None
+
+
+def _logs_index(path: Path) -> int:
+    match = re.fullmatch(r"logs(?:-(\d+))?", path.parent.name)
+    return int(match.group(1) or 0) if match else -1
+
+
+def possible_cwds(run_dir: Path, args: dict[str, Any]) -> list[Path]:
+    """The directories a solo-learn script may have run in: the run directory is
+    ``<cwd>/<checkpoint.dir>/<method or linear>/<run id>`` when ``checkpoint.dir`` is relative."""
+    ckpt_dir = Path(str(_get(args, "checkpoint.dir") or "trained_models"))
+    base = run_dir.parent.parent
+    if ckpt_dir.is_absolute():
+        return []
+    parts = [p for p in ckpt_dir.parts if p != "."]
+    if parts and list(base.parts[-len(parts) :]) == parts:
+        for _ in parts:
+            base = base.parent
+    return [base]
+
+
+def csv_logs(run_dir: Path, args: dict[str, Any], search: list[Path]) -> Path | None:
+    """The run's CSV log: ``<run>/logs*/metrics.csv`` (the newest of a resumed run), or
+    ``lightning_logs/version_<run id>/metrics.csv`` under ``default_root_dir``, the script's
+    directory, or one of ``search``."""
+    own = sorted(run_dir.glob("logs*/metrics.csv"), key=_logs_index)
+    if own:
+        return own[-1]
+    version = run_dir.name if run_dir.name.isdigit() else str(args.get("wandb_run_id") or "")
+    if not version.isdigit():
+        return None
+    cwds = possible_cwds(run_dir, args)
+    bases = []
+    root = args.get("default_root_dir")
+    if isinstance(root, str) and root:
+        bases += [Path(root)] if Path(root).is_absolute() else [c / root for c in cwds]
+    for base in [*bases, *cwds, *search, Path.cwd()]:
+        for logs in (base / "lightning_logs", base):
+            path = logs / f"version_{version}" / "metrics.csv"
+            if path.is_file():
+                return path
+    return None
+
+
+def shown(path: Path) -> str:
+    """A path as the tables show it: relative to the current directory when inside it."""
+    absolute = Path(os.path.abspath(path))
+    cwd = Path.cwd()
+    return str(absolute.relative_to(cwd)) if cwd in absolute.parents else str(absolute)
+
+
+def _from_metrics(metrics: dict[str, Any], prefix: str, origin: str) -> Eval | None:
+    acc1 = _float(metrics.get(f"{prefix}acc1"))
+    if acc1 is None:
+        return None
+    groups = {g: _float(metrics.get(f"{prefix}acc1_{g}")) for g in GROUPS}
+    if prefix == "linear_":
+        parts = [f"{metrics['linear_epochs']} ep" if "linear_epochs" in metrics else ""]
+        parts.append(str(metrics.get("linear_sampler") or ""))
+    else:
+        parts = [f"k={metrics['knn_k']}" if "knn_k" in metrics else ""]
+    return Eval(acc1, groups, "offline", origin, ", ".join(filter(None, parts)))
+
+
+def _from_row(row: dict[str, str], prefix: str, kind: str, origin: str, note: str = "") -> Eval:
+    groups = {g: _float(row.get(f"{prefix}_{g}")) for g in GROUPS}
+    return Eval(_float(row.get(prefix)), groups, kind, origin, note)
+
+
+def read_run(run_dir: Path, args: dict[str, Any], search: list[Path]) -> Run:
+    """A pretraining run's config and its own results (``metrics.json``, its CSV log); a
+    ValueError saying why it cannot be read."""
+    method, dataset = args.get("method"), _get(args, "data.dataset")
+    if not isinstance(method, str) or not isinstance(dataset, str):
+        raise ValueError("args.json names no method or no data.dataset")
+    metrics: dict[str, Any] = {}
+    metrics_path = run_dir / "metrics.json"
+    if metrics_path.is_file():
+        try:
+            metrics = json.loads(metrics_path.read_text())
+        except (json.JSONDecodeError, OSError, UnicodeDecodeError):
+            raise ValueError("metrics.json is not valid JSON") from None
+        if not isinstance(metrics, dict):
+            raise ValueError("metrics.json holds no metrics")
+    origin = shown(metrics_path)
+    linear = _from_metrics(metrics, "linear_", origin)
+    knn = _from_metrics(metrics, "knn_", origin)
+    log = csv_logs(run_dir, args, search)
+    row = _last_val_row(log, ("val_acc1", "val_knn_acc1")) if log is not None else None
+    if row is not None:
+        if linear is None and _float(row.get("val_acc1")) is not None:
+            linear = _from_row(row, "val_acc1", "online", shown(log))
+        if knn is None and _float(row.get("val_knn_acc1")) is not None:
+            knn = _from_row(row, "val_knn_acc1", "online", shown(log))
+    try:
+        processes: int | None = world_size(args)
+    except (ConfigError, TypeError, ValueError):
+        processes = None
+    batch = _get(args, "optimizer.batch_size")
+    batch = batch * processes if isinstance(batch, int) and processes else None
+    epochs = args.get("max_epochs")
+    kwargs = args.get("method_kwargs")
+    return Run(
+        path=run_dir,
+        method=method,
+        dataset=dataset,
+        backbone=_get(args, "backbone.name"),
+        epochs=epochs if isinstance(epochs, int) and not isinstance(epochs, bool) else None,
+        batch=batch,
+        processes=processes,
+        method_kwargs=kwargs if isinstance(kwargs, dict) else {},
+        args=args,
+        linear=linear,
+        knn=knn,
+    )
+
+
+def is_linear_run(args: dict[str, Any]) -> bool:
+    """A run of solo-learn's ``main_linear.py``: no method, a pretrained checkpoint."""
+    return "method" not in args and bool(args.get("pretrained_feature_extractor"))
+
+
+def linear_eval(run_dir: Path, args: dict[str, Any], search: list[Path]) -> Eval | None:
+    """The last validation result of a ``main_linear.py`` run (its CSV log)."""
+    log = csv_logs(run_dir, args, search)
+    row = _last_val_row(log, ("val_acc1",)) if log is not None else None
+    if row is None:
+        return None
+    epochs = args.get("max_epochs")
+    sampler = _get(args, "data.sampler.name") or "shuffle"
+    note = ", ".join(filter(None, [f"{epochs} ep" if epochs else "", str(sampler)]))
+    return _from_row(row, "val_acc1", "offline", shown(run_dir), note)
+
+
+def _resolved(path: Path) -> Path:
+    try:
+        return path.resolve()
+    except (OSError, RuntimeError):
+        return path.absolute()
+
+
+def owner_of(linear_dir: Path, args: dict[str, Any], runs: list[Run]) -> Run | None:
+    """The pretraining run whose checkpoint a linear run evaluated: its
+    ``pretrained_feature_extractor`` resolved (absolute, or against the script's directory or
+    the current one); else the one run whose ``<method>/<run id>/<file>`` it ends with."""
+    ckpt = Path(str(args["pretrained_feature_extractor"]).strip("'\""))
+    where = [ckpt] if ckpt.is_absolute() else [c / ckpt for c in possible_cwds(linear_dir, args)]
+    where += [] if ckpt.is_absolute() else [Path.cwd() / ckpt]
+    by_dir = {_resolved(r.path): r for r in runs}
+    for path in where:
+        run = by_dir.get(_resolved(path.parent))
+        if run is not None:
+            return run
+    tail = ckpt.parts[-3:]
+    matches = [
+        r
+        for r in runs
+        if len(tail) == 3
+        and (r.path.parent.name, r.path.name) == tail[:2]
+        and (r.path / tail[2]).is_file()
+    ]
+    return matches[0] if len(matches) == 1 else None
+
+
+def find_runs(paths: list[Path], search: list[Path]) -> Found:
+    """Every run under ``paths`` with its results; a directory that cannot be read, or holds
+    no result, is in ``skipped`` with the reason."""
+    found = Found()
+    seen: set[Path] = set()
+    for root in paths:
+        runs, others = candidate_dirs(root)
+        for other in others:
+            if _resolved(other) not in seen:
+                seen.add(_resolved(other))
+                found.skipped.append((other, "not a run directory (no args.json)"))
+        for run_dir in runs:
+            if _resolved(run_dir) in seen:
+                continue
+            seen.add(_resolved(run_dir))
+            try:
+                args = read_args(run_dir)
+                if is_linear_run(args):
+                    found.linear_runs.append((run_dir, args))
+                    continue
+                run = read_run(run_dir, args, [*search, *paths])
+            except ValueError as err:
+                found.skipped.append((run_dir, str(err)))
+                continue
+            found.runs.append(run)
+    found.linear_runs += nearby_linear_runs(found.runs, seen)
+    attach_linear_runs(found, [*search, *paths])
+    kept = []
+    for run in found.runs:
+        if run.linear is None and run.knn is None:
+            found.skipped.append(
+                (run.path, "no result (no metrics.json, no validation row in a CSV log)")
+            )
+        else:
+            kept.append(run)
+    found.runs = kept
+    return found
+
+
+def nearby_linear_runs(runs: list[Run], seen: set[Path]) -> list[tuple[Path, dict[str, Any]]]:
+    """``main_linear.py`` runs not under the paths given but where solo-learn puts them,
+    ``<checkpoint dir>/linear/<run id>/`` beside ``<checkpoint dir>/<method>/``, that evaluated
+    a checkpoint of one of ``runs`` (others there are left alone)."""
+    out = []
+    for folder in sorted({run.path.parent.parent / "linear" for run in runs}):
+        if not folder.is_dir():
+            continue
+        for run_dir in sorted(p.parent for p in folder.glob("*/args.json")):
+            if _resolved(run_dir) in seen:
+                continue
+            seen.add(_resolved(run_dir))
+            try:
+                args = read_args(run_dir)
+            except ValueError:
+                continue
+            if is_linear_run(args) and owner_of(run_dir, args, runs) is not None:
+                out.append((run_dir, args))
+    return out
+
+
+def attach_linear_runs(found: Found, search: list[Path]) -> None:
+    """Gives each pretraining run the newest ``main_linear.py`` result of its checkpoints
+    (unless ``metrics.json`` has one); a linear run that cannot be attached is skipped."""
+    newest: dict[int, tuple[float, Path, Eval]] = {}
+    for linear_dir, args in found.linear_runs:
+        run = owner_of(linear_dir, args, found.runs)
+        if run is None:
+            ckpt = args["pretrained_feature_extractor"]
+            found.skipped.append(
+                (
+                    linear_dir,
+                    f"linear run of {ckpt!r}: that pretraining run is not among those found",
+                )
+            )
+            continue
+        result = linear_eval(linear_dir, args, search)
+        if result is None:
+            found.skipped.append((linear_dir, "linear run without a validation row in a CSV log"))
+            continue
+        stamp = (linear_dir / "args.json").stat().st_mtime
+        previous = newest.get(id(run))
+        if previous is not None and previous[0] > stamp:
+            found.skipped.append((linear_dir, f"older linear run of {shown(run.path)}"))
+            continue
+        if previous is not None:
+            found.skipped.append((previous[1], f"older linear run of {shown(run.path)}"))
+        newest[id(run)] = (stamp, linear_dir, result)
+    for run in found.runs:
+        entry = newest.get(id(run))
+        if entry is not None and (run.linear is None or run.linear.kind == "online"):
+            run.linear = entry[2]

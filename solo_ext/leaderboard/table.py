@@ -1,0 +1,209 @@
+"""The leaderboard's rows (published and measured, never mixed) and their markdown and CSV."""
+
+from __future__ import annotations
+
+import csv
+import io
+from dataclasses import dataclass, field
+
+from solo_ext.leaderboard.published import (
+    Published,
+    counterpart,
+    protocol_defaults,
+    protocol_differences,
+)
+from solo_ext.leaderboard.runs import GROUPS, Run, shown
+
+PUBLISHED, MEASURED = "published", "measured"
+MISSING = "—"
+FLAG = "⚑"
+
+
+@dataclass
+class Row:
+    """One line of a dataset's table: a published number or a measured run."""
+
+    kind: str  # PUBLISHED or MEASURED
+    dataset: str
+    method: str
+    label: str
+    backbone: str | None
+    epochs: int | None
+    batch: int | None
+    protocol: str
+    linear_acc1: float | None
+    linear_eval: str
+    knn_acc1: float | None
+    knn_eval: str
+    groups_of: str  # the evaluation Many / Medium / Few are from: "linear", "knn" or ""
+    groups: dict[str, float | None]
+    source: str
+    compared_with: str = ""
+    differences: list[str] = field(default_factory=list)
+
+    @property
+    def flagged(self) -> bool:
+        """A measured row whose protocol, epochs or backbone differ from the published."""
+        return bool(self.differences)
+
+    @property
+    def overall(self) -> float | None:
+        """The top-1 its groups belong to: linear, else kNN."""
+        return self.knn_acc1 if self.groups_of == "knn" else self.linear_acc1
+
+
+def published_row(p: Published) -> Row:
+    groups = {"many": p.many, "medium": p.medium, "few": p.few}
+    has_groups = any(v is not None for v in groups.values())
+    return Row(
+        kind=PUBLISHED,
+        dataset=p.dataset,
+        method=p.method,
+        label=p.label,
+        backbone=p.backbone,
+        epochs=p.epochs,
+        batch=p.batch,
+        protocol=p.protocol,
+        linear_acc1=p.linear_acc1,
+        linear_eval=p.linear_eval,
+        knn_acc1=p.knn_acc1,
+        knn_eval="",
+        groups_of=("linear" if p.linear_acc1 is not None else "knn") if has_groups else "",
+        groups=groups,
+        source=p.source,
+    )
+
+
+def measured_row(run: Run, published: list[Published]) -> Row:
+    """A run's row, compared with its published counterpart (if the data file has one)."""
+    diffs = protocol_differences(run.method, run.method_kwargs, run.processes)
+    linear, knn = run.linear, run.knn
+    if linear is not None and any(v is not None for v in linear.groups.values()):
+        groups_of, groups = "linear", linear.groups
+    elif knn is not None and any(v is not None for v in knn.groups.values()):
+        groups_of, groups = "knn", knn.groups
+    else:
+        groups_of, groups = "", dict.fromkeys(GROUPS)
+    ref = counterpart(
+        published,
+        run.dataset,
+        run.method,
+        run.method_kwargs,
+        run.backbone,
+        linear.kind if linear else "",
+    )
+    differences = list(diffs)
+    if ref is not None and None not in (ref.epochs, run.epochs) and ref.epochs != run.epochs:
+        differences.append(f"epochs {run.epochs} (published {ref.epochs})")
+    if (
+        ref is not None
+        and None not in (ref.backbone, run.backbone)
+        and ref.backbone != run.backbone
+    ):
+        differences.append(f"backbone {run.backbone} (published {ref.backbone})")
+    evals = [f"{name}: {e.kind}, {e.origin}" + (f" ({e.note})" if e.note else "")
+             for name, e in (("linear", linear), ("kNN", knn)) if e is not None]  # fmt: skip
+    has_protocol = bool(protocol_defaults(run.method))
+    return Row(
+        kind=MEASURED,
+        dataset=run.dataset,
+        method=run.method,
+        label=f"{run.method} {run.path.name}",
+        backbone=run.backbone,
+        epochs=run.epochs,
+        batch=run.batch,
+        protocol=", ".join(diffs) if diffs else ("as published" if has_protocol else ""),
+        linear_acc1=linear.acc1 if linear else None,
+        linear_eval=linear.kind if linear else "",
+        knn_acc1=knn.acc1 if knn else None,
+        knn_eval=knn.kind if knn else "",
+        groups_of=groups_of,
+        groups=groups,
+        source=f"{shown(run.path)}; " + "; ".join(evals),
+        compared_with=ref.label if ref is not None else "",
+        differences=differences,
+    )
+
+
+def build_tables(runs: list[Run], published: list[Published]) -> dict[str, list[Row]]:
+    """Dataset -> its rows: the published rows of the dataset (file order), then the measured
+    runs (by method, then directory); only datasets with a measured run."""
+    tables: dict[str, list[Row]] = {}
+    for run in sorted(runs, key=lambda r: (r.dataset, r.method, str(r.path))):
+        if run.dataset not in tables:
+            tables[run.dataset] = [published_row(p) for p in published if p.dataset == run.dataset]
+        tables[run.dataset].append(measured_row(run, published))
+    return dict(sorted(tables.items()))
+
+
+def _num(value: float | None) -> str:
+    return MISSING if value is None else f"{value:.2f}"
+
+
+def _acc(value: float | None, kind: str) -> str:
+    return _num(value) + (" (online)" if value is not None and kind == "online" else "")
+
+
+def _cell(value: object) -> str:
+    text = MISSING if value is None else str(value)
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+HEADER = (
+    "", "method", "backbone", "epochs", "batch", "protocol", "linear top-1", "kNN top-1",
+    "many", "medium", "few", "groups of", "≠ published", "compared with", "source",
+)  # fmt: skip
+
+
+def markdown(dataset: str, rows: list[Row]) -> str:
+    """The dataset's table in markdown, with a legend."""
+    lines = [f"## {dataset}", "", "| " + " | ".join(HEADER) + " |", "|---" * len(HEADER) + "|"]
+    for row in rows:
+        measured = row.kind == MEASURED
+        flag = f"{FLAG} " + "; ".join(row.differences) if row.flagged else ""
+        cells = [
+            row.kind,
+            f"`{row.method}`" if measured else row.label,
+            row.backbone,
+            row.epochs,
+            row.batch,
+            row.protocol or MISSING,
+            _acc(row.linear_acc1, row.linear_eval),
+            _acc(row.knn_acc1, row.knn_eval),
+            *(_num(row.groups[g]) for g in GROUPS),
+            {"knn": "kNN", "": MISSING}.get(row.groups_of, row.groups_of),
+            flag,
+            (row.compared_with or MISSING) if measured else "",
+            row.source,
+        ]
+        lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
+    lines += [
+        "",
+        "Published rows are the numbers as their source gives them (source column; `—`: not "
+        "given there); measured rows are read from each run's `metrics.json` and CSV logs. "
+        f"Top-1 and Many / Medium / Few in %; `(online)`: measured during pretraining. {FLAG}: "
+        "the run sets protocol options to other than the published protocol (its method's "
+        "defaults), or its epochs or backbone differ from the published row it is compared with.",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+CSV_COLUMNS = (
+    "kind", "dataset", "method", "label", "backbone", "epochs", "batch", "protocol",
+    "linear_acc1", "linear_eval", "knn_acc1", "knn_eval", "many", "medium", "few", "groups_of",
+    "flagged", "differences", "compared_with", "source",
+)  # fmt: skip
+
+
+def csv_text(rows: list[Row]) -> str:
+    """The rows as CSV (numbers as read, unrounded; empty: not given)."""
+    out = io.StringIO()
+    writer = csv.DictWriter(out, CSV_COLUMNS, lineterminator="\n")
+    writer.writeheader()
+    for row in rows:
+        values = {k: getattr(row, k) for k in CSV_COLUMNS if hasattr(row, k)}
+        values.update(row.groups)
+        values["flagged"] = str(row.flagged).lower()
+        values["differences"] = "; ".join(row.differences)
+        writer.writerow({k: "" if v is None else v for k, v in values.items()})
+    return out.getvalue()

@@ -1,0 +1,306 @@
+"""``solo-ext-leaderboard`` on run directories made here: a solo-ext run (pretrained on the active
+host, then evaluated by ``solo-ext-knn`` and ``solo-ext-linear``), solo-learn's layout (args.json,
+a ``main_linear.py`` run, Lightning's CSV logs in ``lightning_logs/``), and a broken tree."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+from conftest import eval_cfg, tiny_cfg
+from test_cli import _script
+
+from solo_ext.leaderboard import run as leaderboard
+from solo_ext.leaderboard.published import (
+    BEFORE_OPTION,
+    PROTOCOL_OPTIONS,
+    load_published,
+    protocol_differences,
+)
+from solo_ext.registry import SOLO_EXT_METHODS, load
+
+# the columns solo-learn's scripts log without wandb (Lightning's CSVLogger), as main_pretrain.py
+# (a long-tailed dataset: the online kNN with its shot groups) and main_linear.py write them
+PRETRAIN_COLUMNS = (
+    "val_acc1,val_knn_acc1,step,epoch,val_knn_acc1_many,val_loss,val_knn_acc1_few,val_acc5,"
+    "val_knn_acc1_medium,val_knn_acc5,train_class_loss_epoch,train_acc5_epoch,train_acc1_epoch,"
+    "train_pbsd_loss_epoch"
+).split(",")
+LINEAR_COLUMNS = (
+    "val_acc1,val_acc1_few,val_loss,epoch,val_acc1_medium,val_acc1_many,val_acc5,step,"
+    "train_acc1_epoch,train_acc5_epoch,train_loss_epoch"
+).split(",")
+PBSD_KWARGS = {
+    "proj_hidden_dim": 2048, "proj_output_dim": 128, "temperature": 0.07, "queue_size": 65536,
+    "symmetric": False, "alpha": None, "beta": 8.0, "pbsd_weight": 1.5, "num_boxes": 5,
+    "box_scale": [0.05, 0.6], "box_ratio": [0.75, 1.333], "box_crop_size": None,
+    "patch_source": "loader", "queue_start": "random", "batch_gather": False,
+}  # fmt: skip
+
+
+def write_lightning_csv(path: Path, columns: list[str], val_rows: list[dict]) -> None:
+    """A CSVLogger file: per epoch a validation row, then a training row."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, columns)
+        writer.writeheader()
+        for epoch, row in enumerate(val_rows):
+            writer.writerow({"epoch": epoch, "step": 10 * epoch + 9, **row})
+            writer.writerow({"epoch": epoch, "step": 10 * epoch + 9, "train_acc1_epoch": 1.5})
+
+
+def solo_learn_run(cwd: Path, version: int, **changes) -> Path:
+    """``main_pretrain.py``'s run directory, ``trained_models/pbsd/<version>/``, without wandb."""
+    run_dir = cwd / "trained_models" / "pbsd" / str(version)
+    run_dir.mkdir(parents=True)
+    kwargs = {**PBSD_KWARGS, **changes.pop("method_kwargs", {})}
+    for key in changes.pop("lacks", ()):  # a run from before the option existed
+        del kwargs[key]
+    args = {
+        "name": "pbsd-imagenet-lt",
+        "method": "pbsd",
+        "backbone": {"name": "resnet50", "kwargs": {"zero_init_residual": True}},
+        "method_kwargs": kwargs,
+        "data": {"dataset": "imagenet_lt", "num_classes": 1000, "format": "image_folder"},
+        "optimizer": {"name": "sgd", "batch_size": 64, "lr": 0.1},
+        "checkpoint": {"enabled": True, "dir": "trained_models", "frequency": 1},
+        "max_epochs": 200,
+        "devices": [0, 1, 2, 3],
+        "num_nodes": 1,
+        "wandb_run_id": str(version),
+        **changes,
+    }
+    (run_dir / "args.json").write_text(json.dumps(args))
+    (run_dir / f"pbsd-imagenet-lt-{version}-ep=199.ckpt").write_bytes(b"not read")
+    return run_dir
+
+
+@pytest.fixture(scope="module")
+def tree(tmp_path_factory) -> dict:
+    """One solo-ext run (symmetric) with kNN and linear results, and two solo-learn runs."""
+    import solo_ext.knn
+    import solo_ext.linear
+    import solo_ext.pretrain
+
+    cwd = tmp_path_factory.mktemp("runs")
+    cfg = tiny_cfg("scl", cwd, **{"method_kwargs.symmetric": True})
+    ours = Path(solo_ext.pretrain.run(cfg)["run_dir"])
+    solo_ext.knn.run(eval_cfg("knn", ours, k=5))
+    solo_ext.linear.run(eval_cfg("linear", ours, max_epochs=2))
+
+    published_like = solo_learn_run(cwd, 0)
+    logs = cwd / "lightning_logs"
+    online = [{"val_acc1": 20.0, "val_knn_acc1": 30.0, "val_knn_acc1_many": 40.0}]
+    online.append({"val_acc1": 41.5, "val_knn_acc1": 44.25, "val_knn_acc1_many": 60.5,
+                   "val_knn_acc1_medium": 40.0, "val_knn_acc1_few": "nan"})  # fmt: skip
+    write_lightning_csv(logs / "version_0" / "metrics.csv", PRETRAIN_COLUMNS, online)
+    linear_dir = cwd / "trained_models" / "linear" / "1"
+    linear_dir.mkdir(parents=True)
+    ckpt = next(published_like.glob("*.ckpt")).relative_to(cwd)  # as given on the command line
+    linear_args = {
+        "name": "pbsd-imagenet-lt-linear",
+        "pretrain_method": "pbsd",
+        "pretrained_feature_extractor": str(ckpt),
+        "backbone": {"name": "resnet50"},
+        "data": {"dataset": "imagenet_lt", "sampler": {"name": "class_balanced"}},
+        "checkpoint": {"enabled": True, "dir": "trained_models"},
+        "max_epochs": 40,
+        "wandb_run_id": "1",
+    }
+    (linear_dir / "args.json").write_text(json.dumps(linear_args))
+    linear = [{"val_acc1": 50.0}, {"val_acc1": 57.25, "val_acc1_many": 68.5,
+              "val_acc1_medium": 54.0, "val_acc1_few": 38.75}]  # fmt: skip
+    write_lightning_csv(logs / "version_1" / "metrics.csv", LINEAR_COLUMNS, linear)
+
+    other = solo_learn_run(
+        cwd,
+        2,
+        method_kwargs={"patch_source": "device"},
+        lacks=["queue_start", "batch_gather"],
+        backbone={"name": "resnet18"},
+        max_epochs=100,
+    )
+    write_lightning_csv(logs / "version_2" / "metrics.csv", PRETRAIN_COLUMNS, online[1:])
+
+    out = cwd / "leaderboard"
+    return {"cwd": cwd, "ours": ours, "solo": published_like, "other": other, "out": out}
+
+
+def read_csv(path: Path) -> list[dict[str, str]]:
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def num(text: str) -> float | None:
+    return float(text) if text else None
+
+
+@pytest.fixture(scope="module")
+def board(tree) -> dict:
+    tables = leaderboard([str(tree["cwd"] / "trained_models"), "--out", str(tree["out"])])
+    out = tree["out"]
+    return {
+        "tables": tables,
+        "synthetic": read_csv(out / "synthetic_lt.csv"),
+        "imagenet_lt": read_csv(out / "imagenet_lt.csv"),
+        "md": (out / "imagenet_lt.md").read_text() + (out / "synthetic_lt.md").read_text(),
+    }
+
+
+def test_files_per_dataset(tree, board):
+    assert sorted(board["tables"]) == ["imagenet_lt", "synthetic_lt"]
+    for dataset in board["tables"]:
+        for ext in ("md", "csv"):
+            assert (tree["out"] / f"{dataset}.{ext}").stat().st_size > 0
+        png = (tree["out"] / f"{dataset}.png").read_bytes()
+        assert png.startswith(b"\x89PNG")
+
+
+def test_solo_ext_run_values_are_its_metrics_json_and_symmetric_is_flagged(tree, board):
+    metrics = json.loads((tree["ours"] / "metrics.json").read_text())
+    (row,) = board["synthetic"]  # no published row for synthetic_lt
+    assert row["kind"] == "measured" and row["method"] == "scl"
+    assert num(row["linear_acc1"]) == metrics["linear_acc1"] and row["linear_eval"] == "offline"
+    assert num(row["knn_acc1"]) == metrics["knn_acc1"] and row["knn_eval"] == "offline"
+    assert row["groups_of"] == "linear"
+    for group in ("many", "medium", "few"):
+        assert num(row[group]) == metrics[f"linear_acc1_{group}"]
+    assert row["protocol"] == "symmetric=true" and row["flagged"] == "true"
+    assert row["differences"] == "symmetric=true" and row["compared_with"] == ""
+    assert (row["backbone"], row["epochs"], row["batch"]) == ("resnet18", "1", "8")
+    assert "| ⚑ symmetric=true |" in board["md"]
+    assert f"{metrics['linear_acc1']:.2f}" in board["md"]
+
+
+def test_solo_learn_layout_linear_run_and_csv_logs(tree, board):
+    rows = {r["label"]: r for r in board["imagenet_lt"] if r["kind"] == "measured"}
+    row = rows["pbsd 0"]
+    # main_linear.py's last validation row, attached through pretrained_feature_extractor
+    assert (num(row["linear_acc1"]), row["linear_eval"]) == (57.25, "offline")
+    assert [num(row[g]) for g in ("many", "medium", "few")] == [68.5, 54.0, 38.75]
+    assert "trained_models/linear/1" in row["source"] and "40 ep, class_balanced" in row["source"]
+    # the online kNN of the pretraining log's last validation row
+    assert (num(row["knn_acc1"]), row["knn_eval"]) == (44.25, "online")
+    assert (row["backbone"], row["epochs"], row["batch"]) == ("resnet50", "200", "256")
+    assert row["compared_with"] == "DSCL + PBSD" and row["flagged"] == "false"
+    assert row["protocol"] == "as published"
+
+    other = rows["pbsd 2"]  # no linear run: the online classifier, groups of the online kNN
+    assert (num(other["linear_acc1"]), other["linear_eval"]) == (41.5, "online")
+    assert other["groups_of"] == "knn"
+    assert [num(other[g]) for g in ("many", "medium", "few")] == [60.5, 40.0, None]
+    assert other["flagged"] == "true" and other["compared_with"] == "DSCL + PBSD"
+    assert other["protocol"] == "queue_start=empty, batch_gather=true, patch_source=device"
+    assert other["differences"].split("; ") == [
+        "queue_start=empty",  # args.json without the keys: a run from before the options
+        "batch_gather=true",
+        "patch_source=device",
+        "epochs 100 (published 200)",
+        "backbone resnet18 (published resnet50)",
+    ]
+
+
+def test_a_run_directory_given_alone_finds_its_linear_run_and_logs(tree, tmp_path, capsys):
+    """solo-learn's linear runs are looked for where it puts them (``<dir>/linear/``), its CSV
+    logs where the script ran: neither needs to be under the paths given."""
+    tables = leaderboard([str(tree["solo"]), "--out", str(tmp_path)])
+    (row,) = [r for r in tables["imagenet_lt"] if r.kind == "measured"]
+    assert (row.linear_acc1, row.linear_eval, row.knn_acc1) == (57.25, "offline", 44.25)
+    assert capsys.readouterr().err == ""
+
+
+def test_published_rows_are_marked_and_apart(board):
+    rows = board["imagenet_lt"]
+    kinds = [r["kind"] for r in rows]
+    n = kinds.count("published")
+    assert kinds == ["published"] * n + ["measured"] * (len(kinds) - n)
+    shipped = [p for p in load_published() if p.dataset == "imagenet_lt"]
+    assert [r["label"] for r in rows[:n]] == [p.label for p in shipped]
+    for row, p in zip(rows[:n], shipped):
+        assert num(row["linear_acc1"]) == p.linear_acc1 and row["source"] == p.source
+        assert row["flagged"] == "false" and row["compared_with"] == ""
+    headline = next(r for r in rows if r["label"] == "DSCL + PBSD")
+    assert (num(headline["linear_acc1"]), headline["epochs"]) == (57.7, "200")
+    assert "| published | DSCL + PBSD |" in board["md"]
+
+
+def test_published_file_rows_and_protocol_table():
+    rows = load_published()
+    assert all(r.source and r.protocol and r.linear_acc1 is not None for r in rows)
+    keys = [(r.dataset, r.method, r.backbone, r.linear_eval, tuple(r.config.items())) for r in rows]
+    assert len(keys) == len(set(keys))  # one row per dataset, method, backbone, metric source
+    scl = next(r for r in rows if r.dataset == "imagenet_lt" and r.label == "SCL")
+    assert (scl.linear_acc1, scl.many, scl.medium, scl.few) == (51.2, 61.6, 48.6, 30.3)
+    all4one = {r.dataset: r.linear_acc1 for r in rows if r.method == "all4one"}
+    assert all4one == {"cifar10": 93.24, "cifar100": 72.17, "imagenet100": 81.93}
+    for method, keys in PROTOCOL_OPTIONS.items():  # each key is one its method declares
+        assert method in SOLO_EXT_METHODS
+        assert set(keys) <= set(load(method).METHOD_KWARGS), method
+    assert set(BEFORE_OPTION) <= {k for keys in PROTOCOL_OPTIONS.values() for k in keys}
+
+
+def test_gather_options_are_not_flagged_on_one_process():
+    published = {"symmetric": False, "queue_start": "random", "batch_gather": False}
+    gathered = {**published, "batch_gather": True}
+    assert protocol_differences("dscl", published, processes=4) == []
+    assert protocol_differences("dscl", gathered, processes=1) == []
+    assert protocol_differences("dscl", gathered, processes=4) == ["batch_gather=true"]
+    assert protocol_differences("dscl", {}, processes=2) == [
+        "queue_start=empty",
+        "batch_gather=true",
+    ]
+
+
+def test_broken_and_partial_runs_are_skipped_in_one_line_each(tree, tmp_path, capsys):
+    broken = tmp_path / "trained_models" / "scl"
+    truncated, empty, stray = broken / "truncated", broken / "no-metrics", broken / "notes"
+    for path in (truncated, empty, stray):
+        path.mkdir(parents=True)
+    args = (tree["ours"] / "args.json").read_text()
+    (truncated / "args.json").write_text(args[: len(args) // 2])
+    (empty / "args.json").write_text(args)
+    (stray / "todo.txt").write_text("not a run")
+    orphan = tmp_path / "trained_models" / "linear" / "3"
+    orphan.mkdir(parents=True)
+    (orphan / "args.json").write_text(json.dumps({"pretrained_feature_extractor": "gone.ckpt"}))
+
+    tables = leaderboard([str(tree["ours"]), str(tmp_path), "--out", str(tmp_path / "out")])
+    assert list(tables) == ["synthetic_lt"] and len(tables["synthetic_lt"]) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    lines = err.strip().splitlines()
+    for path in (truncated, empty, stray, orphan):
+        assert sum(x.startswith(f"solo-ext-leaderboard: skipped {path}: ") for x in lines) == 1
+    assert len(lines) == 4, lines
+    assert "args.json is not valid JSON" in next(x for x in lines if str(truncated) in x)
+
+
+def test_bad_arguments_are_one_line_before_anything_is_written(tree, tmp_path, capsys):
+    missing = tmp_path / "nowhere"
+    out = tmp_path / "out"
+    proc = subprocess.run(
+        _script("solo-ext-leaderboard") + [str(missing), "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONWARNINGS": "ignore"},
+    )
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.strip().count("\n") == 0, proc.stderr
+    assert f"paths: {str(missing)!r}: no such file or directory" in proc.stderr
+    a_file = tmp_path / "file"
+    a_file.write_text("")
+    for argv, message in (
+        ([str(tree["ours"]), "--out", str(a_file / "x")], f"--out={str(a_file / 'x')!r}"),
+        ([str(tmp_path)], "paths: no run with a result found under"),
+    ):
+        with pytest.raises(SystemExit) as info:
+            leaderboard(argv)
+        assert info.value.code == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and message in err, err
+    assert not out.exists()
