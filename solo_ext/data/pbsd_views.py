@@ -1,12 +1,14 @@
 """PBSD's views of an image, made in the loader as the published code makes them.
 
-For each image: the query crop's geometry first (random resized crop, then the horizontal flip),
-then L boxes drawn inside that crop (random-resized-crop parameters with PBSD's area and aspect
-ranges, in whole pixels), each cut from the crop *before* its colour augmentation and resized to
-``patch_size`` (bilinear), then given its own augmentation (flip and the query's colour
-augmentation). The query then gets its colour augmentation; the key is the second crop's own
-pipeline. Items: ``[query, key, patches [L, 3, s, s], boxes [L, 4]]`` with boxes as
-(x1, y1, x2, y2) in the query crop's pixels, the frame of the teacher's ROI-align.
+For each image: the query crop's geometry first (random resized crop, bilinear by default as
+published, ``rrc.interpolation``; then the horizontal flip), then L boxes drawn inside that crop
+(random-resized-crop parameters with PBSD's area and aspect ranges, in whole pixels), each cut
+from the crop *before* its colour augmentation and resized to ``patch_size`` (bilinear, always),
+then given its own augmentation (flip and the query's colour augmentation, whose blur is PIL's
+radius blur by default, ``gaussian_blur.kind``). The query then gets its colour augmentation;
+the key is the second crop's own pipeline. Everything works on PIL images until ``ToTensor``.
+Items: ``[query, key, patches [L, 3, s, s], boxes [L, 4]]`` with boxes as (x1, y1, x2, y2) in the
+query crop's pixels, the frame of the teacher's ROI-align.
 
 Every geometric draw of an item (crop, flip, boxes) comes before any colour draw, so turning a
 colour augmentation off changes no box.
@@ -26,6 +28,7 @@ from torchvision.transforms import functional as TF
 from solo_ext.config import select
 from solo_ext.data.transforms import (
     build_augmentation,
+    crop_interpolation,
     crop_scale,
     flip_prob,
     normalize,
@@ -59,6 +62,7 @@ class PBSDViews:
         self.size = int(query.crop_size)
         self.rrc = bool(select(query, "rrc.enabled", True))
         self.scale = crop_scale(query)
+        self.interpolation = crop_interpolation(query)
         self.flip = flip_prob(query)
         self.num_boxes, self.patch_size = num_boxes, patch_size
         self.box_scale, self.box_ratio = tuple(box_scale), tuple(box_ratio)
@@ -79,10 +83,10 @@ class PBSDViews:
         if self.rrc:
             top, left, height, width = T.RandomResizedCrop.get_params(image, self.scale, RATIO)
             crop = TF.resized_crop(
-                image, top, left, height, width, [self.size, self.size], T.InterpolationMode.BICUBIC
+                image, top, left, height, width, [self.size, self.size], self.interpolation
             )
         else:
-            crop = TF.resize(image, [self.size, self.size], T.InterpolationMode.BICUBIC)
+            crop = TF.resize(image, [self.size, self.size], self.interpolation)
         if torch.rand(1).item() < self.flip:
             crop = TF.hflip(crop)
         boxes = [
@@ -92,6 +96,7 @@ class PBSDViews:
         return crop, boxes
 
     def __call__(self, image: Image.Image) -> list[Any]:
+        """``[query, key, patches [L, 3, s, s], boxes [L, 4] (x1, y1, x2, y2)]``."""
         crop, boxes = self.geometry(image)
         size = [self.patch_size, self.patch_size]
         cuts = [
