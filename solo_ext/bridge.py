@@ -328,12 +328,27 @@ def _method_transform() -> Any:
     return transform
 
 
+def _solo_ext_views(dataset: str) -> bool:
+    """A solo-ext method's run on a dataset of the table gets solo-ext's views (bilinear crops,
+    PIL's blur, as the published code; ``rrc.interpolation`` and ``gaussian_blur.kind`` apply),
+    the same as with ``solo-ext-pretrain``; solo-learn's methods keep solo-learn's."""
+    from solo_ext.data.facts import DATASETS
+    from solo_ext.registry import SOLO_EXT_METHODS
+
+    method = None if RUN is None or RUN.cfg is None else RUN.cfg.get("method")
+    return method in SOLO_EXT_METHODS and dataset in DATASETS
+
+
 def _patch_pretrain_loader(module: ModuleType) -> None:
     build_transform, prepare_datasets = module.build_transform_pipeline, module.prepare_datasets
     prepare_dataloader = module.prepare_dataloader
 
     @functools.wraps(build_transform)
     def build_transform_pipeline(dataset, cfg):
+        if _solo_ext_views(dataset):  # the published resampling and blur (solo-ext's views)
+            from solo_ext.data.transforms import build_augmentation
+
+            return build_augmentation(dataset, cfg)
         if dataset in SOLO_EXT_ONLY:  # the dataset table's statistics, not ImageNet's
             from omegaconf import OmegaConf
 

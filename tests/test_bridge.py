@@ -8,7 +8,7 @@ import sys
 import types
 
 import pytest
-from conftest import tiny_cfg
+from conftest import AUGMENTATION, tiny_cfg
 from omegaconf import OmegaConf
 from torchvision.transforms.functional import to_tensor
 
@@ -315,3 +315,35 @@ def test_methods_that_could_not_register_stop_their_configs(broken, capsys, monk
     bridge.patch(args)
     cfg = OmegaConf.create({"method": "pbsd", "data": {"dataset": "cifar10"}})
     stops_in_one_line(args.parse_cfg, cfg, capsys, "method='pbsd'", "'gather'")
+
+
+def test_a_solo_ext_method_gets_solo_exts_views_in_main_pretrain(tmp_path):
+    """solo-learn builds each view with its own pipeline (bicubic crops); a solo-ext method's
+    run gets solo-ext's, which follow the published protocol (bilinear crops, PIL's blur) and
+    the rrc.interpolation / gaussian_blur.kind keys, as with solo-ext-pretrain."""
+    from torchvision import transforms as T
+
+    from solo_ext.data.transforms import PILGaussianBlur
+
+    args = stand_in_args()
+    loader = healthy("solo.data.pretrain_dataloader")
+    loader.build_transform_pipeline = lambda dataset, cfg: "solo-learn's pipeline"
+    bridge.patch(loader)
+    aug = OmegaConf.create({**AUGMENTATION, "gaussian_blur": {"prob": 0.5}})
+    cfg = tiny_cfg("dscl", tmp_path)
+    cfg.data.dataset = "custom"
+    args.parse_cfg(cfg)
+    views = loader.build_transform_pipeline("custom", aug)
+    (crop,) = [t for t in views.transforms if isinstance(t, T.RandomResizedCrop)]
+    assert crop.interpolation == T.InterpolationMode.BILINEAR
+    assert any(isinstance(getattr(t, "transforms", [None])[0], PILGaussianBlur)
+               for t in views.transforms)  # fmt: skip
+    aug.rrc.interpolation = "bicubic"
+    views = loader.build_transform_pipeline("custom", aug)
+    (crop,) = [t for t in views.transforms if isinstance(t, T.RandomResizedCrop)]
+    assert crop.interpolation == T.InterpolationMode.BICUBIC
+    # solo-learn's own methods keep solo-learn's pipeline
+    plain = OmegaConf.create({"method": "mocov2plus", "data": {"dataset": "custom"}})
+    plain.backbone = {"name": "resnet18"}
+    args.parse_cfg(plain)
+    assert loader.build_transform_pipeline("custom", aug) == "solo-learn's pipeline"

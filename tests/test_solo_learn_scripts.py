@@ -612,3 +612,16 @@ def test_a_config_of_solo_learn_alone_runs_when_the_bridge_cannot(tmp_path):
     renamed = "solo.methods.linear:LinearModel.validation_step"
     ok(solo("main_pretrain.py", args, tmp_path, SOLO_EXT_TEST_RENAME=renamed))
     assert list((tmp_path / "trained_models" / "mocov2plus").rglob("*.ckpt"))
+
+
+def test_a_solo_ext_method_crops_as_published_in_main_pretrain(tmp_path):
+    """main_pretrain.py builds a solo-ext method's views with solo-ext's pipeline (bilinear, as
+    published; solo-learn's own is bicubic), and rrc.interpolation reaches it."""
+    base = ["--config-name", "synthetic-lt/dscl", *CPU, *SMALL, "+debug_augmentations=True"]
+    proc = ok(solo("main_pretrain.py", base, tmp_path))
+    assert "RandomResizedCrop(size=(32, 32)" in proc.stdout
+    assert "interpolation=bilinear" in proc.stdout and "bicubic" not in proc.stdout
+    older = ["+augmentations.0.rrc.interpolation=bicubic", "checkpoint.enabled=False"]
+    (tmp_path / "older").mkdir()
+    proc = ok(solo("main_pretrain.py", [*base, *older], tmp_path / "older"))
+    assert "interpolation=bicubic" in proc.stdout
