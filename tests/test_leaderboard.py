@@ -18,6 +18,7 @@ from solo_ext.leaderboard import run as leaderboard
 from solo_ext.leaderboard.published import (
     BEFORE_OPTION,
     PROTOCOL_OPTIONS,
+    augmentation_differences,
     load_published,
     protocol_differences,
 )
@@ -253,6 +254,22 @@ def test_gather_options_are_not_flagged_on_one_process():
         "queue_start=empty",
         "batch_gather=true",
     ]
+
+
+def test_augmentation_options_off_the_published_protocol_are_flagged():
+    """The crop resampling and the blur given in a run's augmentations entries; solo-learn's own
+    methods (no published protocol here) are not compared."""
+    augs = [
+        {"crop_size": 224, "rrc": {"interpolation": "bicubic"}},
+        {"crop_size": 224, "rrc": {"interpolation": "bilinear"}, "gaussian_blur": {"prob": 0.5}},
+        {"crop_size": 96, "gaussian_blur": {"kind": "torchvision"}},
+    ]
+    assert augmentation_differences("dscl", augs) == [
+        "augmentations.0.rrc.interpolation=bicubic",
+        "augmentations.2.gaussian_blur.kind=torchvision",
+    ]
+    assert augmentation_differences("dscl", augs[1:2]) == []
+    assert augmentation_differences("mocov2plus", augs) == []
 
 
 def test_broken_and_partial_runs_are_skipped_in_one_line_each(tree, tmp_path, capsys):

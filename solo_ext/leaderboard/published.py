@@ -151,6 +151,30 @@ def protocol_defaults(method: str) -> dict[str, Any]:
     return {key: declared[key].default for key in keys if key in declared}
 
 
+# augmentation keys (of each ``augmentations`` entry) whose declared default is the published
+# protocol; a run that gives another value is flagged (runs record only the values given)
+PROTOCOL_AUGMENTATIONS = ("rrc.interpolation", "gaussian_blur.kind")
+
+
+def augmentation_differences(method: str, augmentations: Any) -> list[str]:
+    """``augmentations.<i>.<key>=value`` for each of :data:`PROTOCOL_AUGMENTATIONS` that an entry
+    of a solo-ext method's run sets to other than the published default."""
+    if method not in PROTOCOL_OPTIONS or not isinstance(augmentations, list):
+        return []
+    from solo_ext.data.transforms import AUGMENTATION_OPTIONS
+
+    out = []
+    for i, entry in enumerate(augmentations):
+        for key in PROTOCOL_AUGMENTATIONS:
+            value: Any = entry
+            for part in key.split("."):
+                value = value.get(part) if isinstance(value, dict) else None
+            default = AUGMENTATION_OPTIONS[key].default
+            if value is not None and show_value(value) != show_value(default):
+                out.append(f"augmentations.{i}.{key}={show_value(value)}")
+    return out
+
+
 def protocol_differences(
     method: str, method_kwargs: dict[str, Any], processes: int | None = None
 ) -> list[str]:

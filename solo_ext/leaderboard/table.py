@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from solo_ext.leaderboard.published import (
     Published,
+    augmentation_differences,
     counterpart,
     protocol_defaults,
     protocol_differences,
@@ -77,6 +78,7 @@ def published_row(p: Published) -> Row:
 def measured_row(run: Run, published: list[Published]) -> Row:
     """A run's row, compared with its published counterpart (if the data file has one)."""
     diffs = protocol_differences(run.method, run.method_kwargs, run.processes)
+    diffs += augmentation_differences(run.method, run.args.get("augmentations"))
     linear, knn = run.linear, run.knn
     if linear is not None and any(v is not None for v in linear.groups.values()):
         groups_of, groups = "linear", linear.groups
