@@ -99,6 +99,7 @@ def _check_solo_ext_keys(cfg: Any, module: ModuleType) -> dict[str, Any] | None:
     from solo_ext.config import ConfigError
     from solo_ext.data.datasets import fill_data_cfg
     from solo_ext.data.samplers import fill_sampler_cfg
+    from solo_ext.eval.classifier_stage import fill_classifier_stage
     from solo_ext.run_backbone import fill_run_backbone
 
     OmegaConf.set_struct(cfg, False)
@@ -108,6 +109,8 @@ def _check_solo_ext_keys(cfg: Any, module: ModuleType) -> dict[str, Any] | None:
         # does not give, before parse_cfg's {} and fill_stem_option's table default; a given
         # value that differs from the run's stops in one line naming both
         fill_run_backbone(cfg, str(cfg.pretrained_feature_extractor))
+        # the classifier stage: published on a long-tailed dataset unless the config says
+        fill_classifier_stage(cfg)
     dataset = OmegaConf.select(cfg, "data.dataset", default=None)
     data_format = OmegaConf.select(cfg, "data.format", default="image_folder")
     sampler = fill_sampler_cfg(cfg, total_epochs=OmegaConf.select(cfg, "max_epochs"))
@@ -406,9 +409,15 @@ def _patch_classification_loader(module: ModuleType) -> None:
     @functools.wraps(prepare_transforms)
     def prepare_transforms_(dataset):
         if dataset not in SOLO_EXT_ONLY:
-            return prepare_transforms(dataset)
-        solo_name = facts(dataset).solo_name
-        return prepare_transforms(solo_name) if solo_name else _eval_transforms(dataset)
+            train, val = prepare_transforms(dataset)
+        else:
+            solo_name = facts(dataset).solo_name
+            train, val = prepare_transforms(solo_name) if solo_name else _eval_transforms(dataset)
+        if _stage("train_augmentation") == "published":  # main_linear.py's classifier stage
+            from solo_ext.eval.classifier_stage import published_train_transform
+
+            train = published_train_transform(dataset)
+        return train, val
 
     @functools.wraps(prepare_datasets)
     def prepare_datasets_(dataset, T_train, T_val, *args, **kwargs):
@@ -446,6 +455,13 @@ def _patch_classification_loader(module: ModuleType) -> None:
 # --- main_linear.py's model -----------------------------------------------------------------
 
 
+def _stage(key: str) -> Any:
+    """A classifier-stage key of main_linear.py's run (None outside it)."""
+    if RUN is None or RUN.cfg is None:
+        return None
+    return RUN.cfg.get(key) if "backbone_bn" in RUN.cfg else None
+
+
 def _patch_linear_model(module: ModuleType) -> None:
     base = module.LinearModel
 
@@ -455,6 +471,10 @@ def _patch_linear_model(module: ModuleType) -> None:
 
         def __init__(self, *args, **kwargs):
             super().__init__(*args, **kwargs)
+            from solo_ext.eval.classifier_stage import init_classifier
+
+            init_classifier(self.classifier, _stage("classifier_init") or "default")
+            self.backbone_bn = _stage("backbone_bn") or "eval"
             counts = None if RUN is None else RUN.data.get("train_class_counts")
             self.shot_accuracy = None
             if counts:
@@ -471,6 +491,20 @@ def _patch_linear_model(module: ModuleType) -> None:
 
         def _keep_logits(self, _module, _inputs, logits) -> None:
             self._last_logits = logits
+
+        def training_step(self, batch, batch_idx):
+            """``backbone_bn: train`` (the published stage): the frozen backbone runs in train
+            mode, so its BatchNorm statistics follow the stage's images (solo-learn's step puts
+            it in eval mode first, which is skipped for this step; validation is in eval)."""
+            if self.backbone_bn != "train" or getattr(self, "finetune", False):
+                return super().training_step(batch, batch_idx)
+            backbone = self.backbone
+            backbone.train()
+            backbone.eval = lambda: backbone  # (an instance attribute, for this step only)
+            try:
+                return super().training_step(batch, batch_idx)
+            finally:
+                del backbone.eval
 
         def validation_step(self, batch, batch_idx):
             out = super().validation_step(batch, batch_idx)

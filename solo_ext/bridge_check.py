@@ -205,6 +205,9 @@ def solo_ext_use(cfg: Any) -> str | None:
         ("backbone.name", lambda v: v == "cifar_resnet32"),
         ("data.sampler", lambda v: v is not None),
         ("backbone.kwargs.small_image_stem", lambda v: v is not None),
+        ("backbone_bn", lambda v: v is not None),
+        ("classifier_init", lambda v: v is not None),
+        ("train_augmentation", lambda v: v is not None),
         *((f"data.{k}", lambda v: v is not None) for k in LT_OPTIONS),
         *((f"data.synthetic.{k}", lambda v: v is not None) for k in SYNTHETIC_OPTIONS),
     ]

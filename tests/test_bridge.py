@@ -347,3 +347,94 @@ def test_a_solo_ext_method_gets_solo_exts_views_in_main_pretrain(tmp_path):
     plain.backbone = {"name": "resnet18"}
     args.parse_cfg(plain)
     assert loader.build_transform_pipeline("custom", aug) == "solo-learn's pipeline"
+
+
+# --- main_linear.py's classifier stage ----------------------------------------------------------
+
+
+def stand_in_linear_model() -> types.ModuleType:
+    """``solo.methods.linear``'s contract as the bridge uses it: a classifier, a backbone that
+    ``training_step`` puts in eval mode before its forward (no gradient), validation hooks."""
+    import torch
+    from torch import nn
+
+    module = types.ModuleType("solo.methods.linear")
+
+    class LinearModel(nn.Module):
+        def __init__(self, backbone, loss_func=None, mixup_func=None, cfg=None):
+            super().__init__()
+            self.backbone, self.classifier, self.finetune = backbone, nn.Linear(512, 100), False
+
+        def training_step(self, batch, batch_idx):
+            self.backbone.eval()
+            with torch.no_grad():
+                feats = self.backbone(batch[0])
+            return self.classifier(feats).sum()
+
+        def validation_step(self, batch, batch_idx):
+            pass
+
+        def on_validation_epoch_end(self):
+            pass
+
+    LinearModel.__module__ = module.__name__  # (defined here, as if in solo-learn's module)
+    module.LinearModel = LinearModel
+    bridge.patch(module)
+    return module
+
+
+def classifier_stage_run(**stage) -> None:
+    bridge.RUN = bridge.Run(
+        OmegaConf.create({"dataset": "synthetic_lt"}), None, OmegaConf.create(stage)
+    )
+
+
+@pytest.mark.parametrize("bn", ["train", "eval"])
+def test_main_linears_stage_runs_the_frozen_backbone_in_train_mode_as_published(bn):
+    """``backbone_bn: train``: the step's forward updates the backbone's BatchNorm statistics
+    as a plain train-mode forward of the same images does; ``eval`` leaves them; the fc starts
+    N(0, 0.01) with a zero bias under ``classifier_init: normal``."""
+    import copy
+
+    import torch
+    from torch import nn
+
+    classifier_stage_run(backbone_bn=bn, classifier_init="normal", train_augmentation="published")
+    torch.manual_seed(0)
+    backbone = nn.Sequential(
+        nn.Conv2d(3, 512, 1), nn.BatchNorm2d(512), nn.AdaptiveAvgPool2d(1), nn.Flatten()
+    )
+    before = copy.deepcopy(backbone)
+    model = stand_in_linear_model().LinearModel(backbone, cfg=None)
+    assert model.classifier.weight.std().item() == pytest.approx(0.01, rel=0.05)
+    assert not model.classifier.bias.any()
+    x = torch.randn(8, 3, 4, 4)
+    model.training_step((x, None), 0)
+    assert "eval" not in vars(backbone)  # the method is the module's own again
+    loop = copy.deepcopy(before).train()
+    with torch.no_grad():
+        loop(x)
+    want = loop if bn == "train" else before
+    for name in ("running_mean", "running_var", "num_batches_tracked"):
+        assert torch.equal(getattr(backbone[1], name), getattr(want[1], name)), name
+    if bn == "train":
+        assert not torch.equal(backbone[1].running_mean, before[1].running_mean)
+
+
+def test_main_linears_stage_trains_on_the_published_crops():
+    from torchvision import transforms as T
+
+    from solo_ext.data.transforms import PILGaussianBlur
+
+    loader = healthy("solo.data.classification_dataloader")
+    loader.prepare_transforms = lambda dataset: ("solo-learn's crops", "solo-learn's val")
+    bridge.patch(loader)
+    classifier_stage_run(train_augmentation="published", backbone_bn="train")
+    train, val = loader.prepare_transforms("cifar100")
+    assert val == "solo-learn's val"  # (resize 256, centre crop 224 on ImageNet: as published)
+    (crop,) = [t for t in train.transforms if isinstance(t, T.RandomResizedCrop)]
+    assert crop.scale == (0.08, 1.0) and crop.size == (32, 32)
+    assert any(isinstance(getattr(t, "transforms", [None])[0], PILGaussianBlur)
+               for t in train.transforms)  # fmt: skip
+    classifier_stage_run(train_augmentation="solo-learn", backbone_bn="eval")
+    assert loader.prepare_transforms("cifar100") == ("solo-learn's crops", "solo-learn's val")

@@ -1,0 +1,101 @@
+"""The classifier stage of a two-stage long-tail method (DSCL's reported number), declared once
+for both doors (solo-learn's ``main_linear.py`` through the bridge, and ``solo-ext-linear``).
+
+The published stage (DSCL's ``equal_lincls.py``): the pretrained backbone frozen but in
+``train()`` mode (its BatchNorm running statistics follow the classifier stage's images, and are
+then used at test), the linear layer initialised N(0, 0.01) with a zero bias, trained on
+augmented crops (random resized crop, colour jitter (0.4, 0.4, 0.4, 0.1) p 0.8, grayscale p 0.2,
+Gaussian blur p 0.5, flip), with class-balanced sampling and SGD stepped down x0.1 at epochs 20
+and 30 of 40 (the configs carry the sampler and the schedule). Each part is a key:
+
+- ``backbone_bn``: ``train`` (published) or ``eval`` (the usual frozen-BN linear probe);
+- ``classifier_init``: ``normal`` (N(0, 0.01), zero bias; published) or ``default`` (PyTorch's);
+- ``train_augmentation``: ``published`` (the crops above) or ``solo-learn`` (the loader's own:
+  solo-learn's random resized crop and flip in ``main_linear.py``; extracted features without
+  augmentation in ``solo-ext-linear``).
+
+Unset, each follows the dataset: the published stage on long-tailed datasets (where the number
+is compared with the long-tail papers'), solo-learn's linear protocol on balanced ones (where it
+is compared with solo-learn's tables).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+from torch import nn
+
+from solo_ext.config import Option, check_given, select
+from solo_ext.data.facts import facts
+
+CLASSIFIER_STAGE_OPTIONS: dict[str, Option] = {
+    "backbone_bn": Option(None, "str", choices=("train", "eval"), nullable=True),
+    "classifier_init": Option(None, "str", choices=("normal", "default"), nullable=True),
+    "train_augmentation": Option(None, "str", choices=("published", "solo-learn"), nullable=True),
+}
+# each key's value for (long-tailed, balanced) datasets when the config does not give it
+_BY_DATASET = {
+    "backbone_bn": ("train", "eval"),
+    "classifier_init": ("normal", "default"),
+    "train_augmentation": ("published", "solo-learn"),
+}
+
+
+def fill_classifier_stage(cfg: DictConfig) -> DictConfig:
+    """Checks the given keys, then fills each missing one from the dataset (``data.dataset``):
+    the published stage on a long-tailed dataset, solo-learn's linear protocol otherwise."""
+    check_given(cfg, CLASSIFIER_STAGE_OPTIONS)
+    long_tailed = facts(select(cfg, "data.dataset", "custom")).long_tailed
+    for key, (published, usual) in _BY_DATASET.items():
+        if select(cfg, key) is None:
+            OmegaConf.update(cfg, key, published if long_tailed else usual, force_add=True)
+    return cfg
+
+
+def published_stage(cfg: DictConfig) -> bool:
+    """Whether the classifier trains on images through the backbone (not on features once)."""
+    return cfg.backbone_bn == "train" or cfg.train_augmentation == "published"
+
+
+def init_classifier(layer: nn.Linear, how: str) -> None:
+    """``normal``: weights N(0, 0.01), zero bias (the published fc); ``default``: as built."""
+    if how == "normal":
+        with torch.no_grad():
+            layer.weight.normal_(0.0, 0.01)
+            layer.bias.zero_()
+
+
+def published_train_augmentation(dataset: str, crop_size: int | None = None) -> DictConfig:
+    """The published stage's training crops as an ``augmentations`` entry: random resized crop
+    (scale 0.08-1, at 224 px, or the stored size of 32 px datasets), colour jitter (0.4, 0.4,
+    0.4, 0.1) p 0.8, grayscale p 0.2, Gaussian blur p 0.5, flip p 0.5; bilinear, PIL's blur."""
+    size = crop_size or facts(dataset).native_size or 224
+    return OmegaConf.create(
+        {
+            "crop_size": size,
+            "num_crops": 1,
+            "rrc": {"enabled": True, "crop_min_scale": 0.08, "crop_max_scale": 1.0},
+            "color_jitter": {
+                "prob": 0.8,
+                "brightness": 0.4,
+                "contrast": 0.4,
+                "saturation": 0.4,
+                "hue": 0.1,
+            },
+            "grayscale": {"prob": 0.2},
+            "gaussian_blur": {"prob": 0.5},
+            "solarization": {"prob": 0.0},
+            "equalization": {"prob": 0.0},
+            "horizontal_flip": {"prob": 0.5},
+        }
+    )
+
+
+def published_train_transform(dataset: str, crop_size: int | None = None) -> Callable[[Any], Any]:
+    """The published stage's training transform (PIL image -> normalised tensor)."""
+    from solo_ext.data.transforms import build_augmentation
+
+    return build_augmentation(dataset, published_train_augmentation(dataset, crop_size))
