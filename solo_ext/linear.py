@@ -1,81 +1,79 @@
-"""``solo-ext-linear``: linear probe on a pretrained backbone's frozen features.
+"""``solo-ext-linear``: a linear classifier on a pretrained backbone, frozen.
 
     solo-ext-linear pretrained_checkpoint_dir=trained_models/scl/offline-ab12cd34 \\
         data.sampler.name=class_balanced max_epochs=40
 
-The backbone is frozen, so its features are extracted once (no augmentation) and a linear
-classifier (after a non-affine BatchNorm when ``feature_norm``, as in MAE's probe) is trained on
-them with Lightning, optionally with a long-tail sampler (``data.sampler``; DSCL trains its
-classifier with ``class_balanced``). Overall and Many / Medium / Few accuracy go into
-``metrics.json`` beside the checkpoint, per-class accuracy into ``linear_per_class.csv`` and
-``linear_per_class.png``. Keys: ``solo_ext/conf/linear.yaml``.
+Two paths, chosen by the classifier-stage keys (:mod:`solo_ext.eval.classifier_stage`; unset,
+they follow the dataset):
+
+- the published stage (DSCL's ``equal_lincls.py``; the default on long-tailed datasets): the
+  linear layer is trained on images through the frozen backbone, on augmented crops
+  (``train_augmentation``: ``published``, or solo-learn's random resized crop and flip), with the
+  backbone in train mode when ``backbone_bn: train`` (its BatchNorm running statistics follow the
+  stage's images and are then used at test, in eval mode), the layer initialised as
+  ``classifier_init`` says (``feature_norm`` is not used);
+- the features path (``backbone_bn: eval`` with ``train_augmentation: solo-learn``; the default
+  on balanced datasets): features extracted once, without augmentation, and a linear classifier
+  (after a non-affine BatchNorm when ``feature_norm``, as in MAE's probe) trained on them.
+
+Both train with Lightning, optionally with a long-tail sampler (``data.sampler``; DSCL trains its
+classifier with ``class_balanced``), by SGD (``optimizer.kwargs.momentum``, default 0.9) under
+solo-learn's ``scheduler.name``: ``step`` (lr x0.1 at each of ``scheduler.lr_decay_steps``) or a
+cosine decay (``warmup_cosine``, ``cosine``; ``warmup_epochs`` not used), stepped per epoch; or
+``none``. Both test on the validation split under the deterministic transform (photographs
+resized and centre-cropped, to 224 in the published stage and to the run's crop size on the
+features path; stored-size datasets as they are). Overall and Many / Medium / Few
+accuracy go into ``metrics.json`` beside the checkpoint, per-class accuracy into
+``linear_per_class.csv`` and ``linear_per_class.png``. Keys: ``solo_ext/conf/linear.yaml``.
 
 It also takes solo-learn's linear configs (``scripts/linear``, the ones ``main_linear.py``
 reads): ``pretrained_feature_extractor`` names the checkpoint, ``optimizer.lr`` is given per 256
 images and scaled by the batch as solo-learn does, and the keys in :data:`SOLO_LINEAR_KEYS` are
-accepted without being used (a frozen-feature probe needs no scheduler, strategy or
-checkpointing). The backbone is the run's (``args.json``): a ``backbone.name`` or
+accepted without being used (nor are the ``scheduler`` keys other than ``name`` and
+``lr_decay_steps``). The backbone is the run's (``args.json``): a ``backbone.name`` or
 ``backbone.kwargs`` value given here that differs from the run's stops in one line naming both.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import lightning.pytorch as pl
 import torch
-import torch.nn.functional as F
 from omegaconf import DictConfig, OmegaConf
 from torch import nn
-from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data import DataLoader, Dataset, DistributedSampler, TensorDataset
 
 from solo_ext.cli import hydra_entry
-from solo_ext.config import Option, check_given
+from solo_ext.config import Option, check_given, select
+from solo_ext.data.datasets import build_dataset, targets_of
 from solo_ext.data.samplers import build_sampler, fill_sampler_cfg
-from solo_ext.eval.common import report, split_features
+from solo_ext.data.transforms import build_eval_transform
+from solo_ext.eval.classifier_stage import (
+    CLASSIFIER_STAGE_OPTIONS,
+    fill_classifier_stage,
+    published_stage,
+)
+from solo_ext.eval.common import extract_features, report, split_features
+from solo_ext.linear_stage import (
+    SCHEDULE_OPTIONS,
+    FrozenBackboneClassifier,
+    LinearProbe,
+    SGDSchedule,
+    train_transform,
+)
 from solo_ext.runs import load_for_eval
 
-# keys of solo-learn's linear configs that this probe accepts and does not use
+# top-level keys of solo-learn's linear configs that this command accepts and does not use
 SOLO_LINEAR_KEYS = (
-    "name", "backbone", "pretrain_method", "scheduler", "checkpoint", "auto_resume", "wandb",
+    "name", "backbone", "pretrain_method", "checkpoint", "auto_resume", "wandb",
     "strategy", "precision", "sync_batchnorm", "hydra", "defaults", "auto_augment",
     "label_smoothing", "mixup", "cutmix", "finetune", "performance", "num_nodes",
 )  # fmt: skip
 
-
-class LinearProbe(pl.LightningModule):
-    """(BatchNorm without affine +) linear layer on fixed features [N, D]; cosine-decayed SGD."""
-
-    def __init__(
-        self,
-        dim: int,
-        num_classes: int,
-        lr: float,
-        weight_decay: float,
-        epochs: int,
-        feature_norm: bool = True,
-    ):
-        super().__init__()
-        self.save_hyperparameters()
-        norm = nn.BatchNorm1d(dim, affine=False) if feature_norm else nn.Identity()
-        self.head = nn.Sequential(norm, nn.Linear(dim, num_classes))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.head(x)
-
-    def training_step(self, batch, batch_idx):
-        x, y = batch
-        loss = F.cross_entropy(self(x), y)
-        self.log("train_loss", loss, prog_bar=True)
-        return loss
-
-    def configure_optimizers(self):
-        hp = self.hparams
-        opt = torch.optim.SGD(
-            self.parameters(), lr=hp.lr, momentum=0.9, weight_decay=hp.weight_decay
-        )
-        return [opt], [torch.optim.lr_scheduler.CosineAnnealingLR(opt, hp.epochs)]
-
+Callbacks = Sequence[pl.Callback]
+Result = tuple[torch.Tensor, torch.Tensor, Dataset]  # validation scores and labels, training set
 
 # every key solo-ext-linear reads, declared once (defaults in conf/linear.yaml)
 OPTIONS: dict[str, Option] = {
@@ -85,66 +83,141 @@ OPTIONS: dict[str, Option] = {
     "optimizer.lr": Option(0.1, "float", 0, low_open=True),
     "optimizer.weight_decay": Option(0.0, "float", 0),
     "optimizer.batch_size": Option(256, "int", 1),
+    **SCHEDULE_OPTIONS,
+    **CLASSIFIER_STAGE_OPTIONS,
+    "enable_progress_bar": Option(True, "bool"),
     "seed": Option(5, "int", 0),
 }
 
 
-def run(cfg: DictConfig) -> dict[str, Any]:
-    """Checks ``cfg`` (see the module docstring), trains the probe, returns the metrics."""
-    OmegaConf.set_struct(cfg, False)
-    check_given(cfg, OPTIONS)
-    fill_sampler_cfg(cfg, total_epochs=cfg.max_epochs)  # a sampler given here, before the run
-    backbone, pre_cfg, out_dir = load_for_eval(cfg)
-    sampler_args = fill_sampler_cfg(pre_cfg, total_epochs=cfg.max_epochs)
+def fill_stage(cfg: DictConfig, dataset: str) -> None:
+    """Fills ``cfg``'s classifier-stage keys for the evaluated run's ``dataset``."""
+    stage = OmegaConf.create({"data": {"dataset": dataset}})
+    for key in CLASSIFIER_STAGE_OPTIONS:
+        stage[key] = select(cfg, key)
+    fill_classifier_stage(stage)
+    for key in CLASSIFIER_STAGE_OPTIONS:
+        cfg[key] = stage[key]
 
-    pl.seed_everything(cfg.seed, workers=True)
-    feats = split_features(backbone, pre_cfg)
-    train_x, train_y = feats["train_x"], feats["train_y"]
+
+def _loader(
+    cfg: DictConfig, dataset: Dataset, labels: Sequence[int], sampler_args: dict | None, **kw
+) -> DataLoader:
+    """Batches of ``optimizer.batch_size`` drawn by the configured sampler (seeded), or
+    shuffled; the last short batch dropped when there is a full one."""
     sampler = None
     if sampler_args is not None:
-        sampler = build_sampler(sampler_args.pop("name"), train_y, seed=cfg.seed, **sampler_args)
+        args = {"seed": cfg.seed, **sampler_args}
+        sampler = build_sampler(args.pop("name"), labels, **args)
     batch_size = cfg.optimizer.batch_size
-    train = DataLoader(
-        TensorDataset(train_x, train_y),
+    return DataLoader(
+        dataset,
         batch_size=batch_size,
         shuffle=sampler is None,
         sampler=sampler,
-        drop_last=len(train_x) > batch_size,
+        drop_last=len(dataset) > batch_size,
+        **kw,
     )
-    probe = LinearProbe(
-        train_x.size(1),
-        pre_cfg.data.num_classes,
-        cfg.optimizer.lr * batch_size / 256,  # solo-learn's rule: lr given per 256 images
-        cfg.optimizer.weight_decay,
-        cfg.max_epochs,
-        cfg.feature_norm,
-    )
+
+
+def _fit(
+    cfg: DictConfig, module: pl.LightningModule, train: DataLoader, callbacks: Callbacks
+) -> pl.Trainer:
+    """Trains ``module`` on ``train`` for ``max_epochs`` (the long-tail sampler, a
+    ``DistributedSampler``, shards itself under DDP)."""
     trainer = pl.Trainer(
         max_epochs=cfg.max_epochs,
         accelerator=cfg.accelerator,
         devices=cfg.devices,
         logger=False,
         enable_checkpointing=False,
-        use_distributed_sampler=sampler is None,
+        enable_progress_bar=select(cfg, "enable_progress_bar", True),
+        use_distributed_sampler=not isinstance(train.sampler, DistributedSampler),
+        callbacks=list(callbacks),
     )
-    trainer.fit(probe, train)
+    trainer.fit(module, train)
+    return trainer
+
+
+def _on_features(
+    cfg: DictConfig,
+    backbone: nn.Module,
+    pre_cfg: DictConfig,
+    sampler_args: Any,
+    callbacks: Callbacks,
+) -> Result:
+    """The features path: the probe trained on features extracted once."""
+    feats = split_features(backbone, pre_cfg)
+    train_x, train_y = feats["train_x"], feats["train_y"]
+    train = _loader(cfg, TensorDataset(train_x, train_y), train_y, sampler_args)
+    probe = LinearProbe(
+        train_x.size(1),
+        pre_cfg.data.num_classes,
+        SGDSchedule.from_cfg(cfg),
+        cfg.feature_norm,
+        cfg.classifier_init,
+    )
+    _fit(cfg, probe, train, callbacks)
     probe.eval()
     with torch.no_grad():
         scores = probe(feats["val_x"].to(probe.device)).cpu()
+    return scores, feats["val_y"], feats["train"]
+
+
+def _on_images(
+    cfg: DictConfig,
+    backbone: nn.Module,
+    pre_cfg: DictConfig,
+    sampler_args: Any,
+    callbacks: Callbacks,
+) -> Result:
+    """The published stage: the classifier trained on augmented images through the frozen
+    backbone, then tested once with the backbone (and its statistics) in eval mode."""
+    data, workers = pre_cfg.data, select(pre_cfg, "data.num_workers", 0)
+    train_set = build_dataset(data, "train", train_transform(data.dataset, cfg.train_augmentation))
+    train = _loader(
+        cfg,
+        train_set,
+        targets_of(train_set),
+        sampler_args,
+        num_workers=workers,
+        persistent_workers=workers > 0,
+        pin_memory=cfg.accelerator != "cpu" and torch.cuda.is_available(),
+    )
+    stage = FrozenBackboneClassifier(
+        backbone, data.num_classes, SGDSchedule.from_cfg(cfg), cfg.backbone_bn, cfg.classifier_init
+    )
+    trainer = _fit(cfg, stage, train, callbacks)
+    device = trainer.strategy.root_device  # Lightning hands the module back on the CPU
+    stage.to(device).eval()
+    val = build_dataset(data, "val", build_eval_transform(data.dataset, 224))
+    val_x, val_y = extract_features(stage.backbone, val, num_workers=workers, device=device)
+    with torch.no_grad():
+        scores = stage.fc(val_x.to(device)).float().cpu()
+    return scores, val_y, train_set
+
+
+def run(cfg: DictConfig, callbacks: Callbacks = ()) -> dict[str, Any]:
+    """Checks ``cfg`` (see the module docstring), trains the classifier (``callbacks`` go to
+    the Lightning trainer), tests it and returns the metrics."""
+    OmegaConf.set_struct(cfg, False)
+    check_given(cfg, OPTIONS)
+    SGDSchedule.from_cfg(cfg)  # a step schedule without its epochs stops here
+    fill_sampler_cfg(cfg, total_epochs=cfg.max_epochs)  # a sampler given here, before the run
+    backbone, pre_cfg, out_dir = load_for_eval(cfg)
+    sampler_args = fill_sampler_cfg(pre_cfg, total_epochs=cfg.max_epochs)
+    fill_stage(cfg, pre_cfg.data.dataset)
+
+    pl.seed_everything(cfg.seed, workers=True)
+    train_fn = _on_images if published_stage(cfg) else _on_features
+    scores, val_y, train_set = train_fn(cfg, backbone, pre_cfg, sampler_args, callbacks)
     extra = {
         "linear_epochs": cfg.max_epochs,
         "linear_sampler": (OmegaConf.select(pre_cfg, "data.sampler.name") or "shuffle"),
+        **{f"linear_{key}": cfg[key] for key in CLASSIFIER_STAGE_OPTIONS},  # the stage run
     }
-    return report(
-        scores,
-        feats["val_y"],
-        feats["train"],
-        pre_cfg.data,
-        "linear_",
-        out_dir,
-        extra,
-        "linear probe",
-    )
+    data = pre_cfg.data
+    return report(scores, val_y, train_set, data, "linear_", out_dir, extra, "linear probe")
 
 
 main = hydra_entry("solo-ext-linear", run, "linear")

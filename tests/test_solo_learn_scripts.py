@@ -625,3 +625,30 @@ def test_a_solo_ext_method_crops_as_published_in_main_pretrain(tmp_path):
     (tmp_path / "older").mkdir()
     proc = ok(solo("main_pretrain.py", [*base, *older], tmp_path / "older"))
     assert "interpolation=bicubic" in proc.stdout
+
+
+@pytest.mark.parametrize("bn", ["train", "eval"])
+def test_main_linears_classifier_stage_updates_the_backbones_batchnorm(bn, pretrained, tmp_path):
+    """The long-tailed linear config's default (the published stage): the frozen backbone's
+    BatchNorm statistics follow the stage's images and are saved with the linear model;
+    ``backbone_bn=eval`` (the usual probe) leaves them as pretrained."""
+    import torch
+
+    (ckpt,) = pretrained.glob("*.ckpt")
+    args = [
+        "--config-name",
+        "synthetic-lt/dscl",
+        *CPU,
+        *SMALL,
+        f"pretrained_feature_extractor='{ckpt}'",
+        "backbone.name=resnet18",
+        *([] if bn == "train" else ["backbone_bn=eval"]),
+    ]
+    ok(solo("main_linear.py", args, tmp_path))
+    (linear_ckpt,) = (tmp_path / "trained_models" / "linear").rglob("*.ckpt")
+    saved = json.loads(next(linear_ckpt.parent.glob("args.json")).read_text())
+    assert saved["backbone_bn"] == bn and saved["train_augmentation"] == "published"
+    key = "backbone.bn1.running_mean"
+    before = torch.load(ckpt, map_location="cpu", weights_only=False)["state_dict"][key]
+    after = torch.load(linear_ckpt, map_location="cpu", weights_only=False)["state_dict"][key]
+    assert torch.equal(before, after) == (bn == "eval")

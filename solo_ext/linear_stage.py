@@ -1,0 +1,187 @@
+"""What ``solo-ext-linear`` trains, by SGD with solo-learn's schedules: the probe on features
+extracted once, or the published classifier stage, a linear layer trained on images through a
+frozen backbone (DSCL's ``equal_lincls.py``; its keys: :mod:`solo_ext.eval.classifier_stage`)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from numbers import Integral
+from typing import Any
+
+import lightning.pytorch as pl
+import torch
+import torch.nn.functional as F
+from omegaconf import DictConfig, ListConfig
+from torch import nn
+from torchvision import transforms as T
+
+from solo_ext.config import ConfigError, Option, select
+from solo_ext.data.facts import facts
+from solo_ext.data.transforms import normalize
+from solo_ext.eval.classifier_stage import init_classifier, published_train_transform
+from solo_ext.host import feature_dim
+
+# solo-learn's ``scheduler.name`` values that the probe follows, stepped once per epoch:
+# ``step`` multiplies the lr by 0.1 at each of ``scheduler.lr_decay_steps`` (MultiStepLR);
+# ``warmup_cosine`` and ``cosine`` decay it along a cosine to 0 (``warmup_epochs`` not used);
+# ``none`` keeps it constant
+SCHEDULERS = ("warmup_cosine", "cosine", "step", "none")
+
+
+@dataclass(frozen=True)
+class EpochList(Option):
+    """A non-empty list of increasing epochs >= 1 (``scheduler.lr_decay_steps``)."""
+
+    def valid(self, value: Any) -> bool:
+        if value is None:
+            return self.nullable
+        if not isinstance(value, (list, tuple, ListConfig)) or not value:
+            return False
+        if not all(isinstance(v, Integral) and not isinstance(v, bool) and v >= 1 for v in value):
+            return False
+        return all(a < b for a, b in zip(value, list(value)[1:]))
+
+    def describe(self) -> str:
+        return "a list of increasing epochs >= 1" + (" (or null)" if self.nullable else "")
+
+    def invalid_examples(self) -> list[Any]:
+        return ["many", [0], [3, 2], [1.5]]
+
+
+SCHEDULE_OPTIONS: dict[str, Option] = {
+    "optimizer.kwargs.momentum": Option(0.9, "float", 0, 1, high_open=True),
+    "scheduler.name": Option("warmup_cosine", "str", choices=SCHEDULERS),
+    "scheduler.lr_decay_steps": EpochList(None, "list", nullable=True),
+}
+
+
+@dataclass(frozen=True)
+class SGDSchedule:
+    """SGD with momentum and one of :data:`SCHEDULERS`, stepped per epoch."""
+
+    lr: float
+    momentum: float
+    weight_decay: float
+    epochs: int
+    scheduler: str = "warmup_cosine"
+    lr_decay_steps: tuple[int, ...] = ()
+
+    @classmethod
+    def from_cfg(cls, cfg: DictConfig) -> SGDSchedule:
+        """From a checked ``solo-ext-linear`` config: ``optimizer.lr`` is per 256 images and
+        scaled by ``optimizer.batch_size`` (solo-learn's rule); ``step`` needs its epochs."""
+        name = select(cfg, "scheduler.name", "warmup_cosine")
+        steps = select(cfg, "scheduler.lr_decay_steps")
+        if name == "step" and steps is None:
+            raise ConfigError(
+                "scheduler.lr_decay_steps is missing (scheduler.name='step' multiplies the lr "
+                "by 0.1 at each of these epochs)"
+            )
+        return cls(
+            lr=cfg.optimizer.lr * cfg.optimizer.batch_size / 256,
+            momentum=select(cfg, "optimizer.kwargs.momentum", 0.9),
+            weight_decay=cfg.optimizer.weight_decay,
+            epochs=cfg.max_epochs,
+            scheduler=name,
+            lr_decay_steps=tuple(steps or ()),
+        )
+
+    def configure(self, params: Iterable[nn.Parameter]) -> tuple[list, list]:
+        """Lightning's ``configure_optimizers`` answer for ``params``."""
+        opt = torch.optim.SGD(
+            params, lr=self.lr, momentum=self.momentum, weight_decay=self.weight_decay
+        )
+        if self.scheduler == "none":
+            return [opt], []
+        if self.scheduler == "step":
+            sched: Any = torch.optim.lr_scheduler.MultiStepLR(opt, list(self.lr_decay_steps), 0.1)
+        else:
+            sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, self.epochs)
+        return [opt], [sched]
+
+
+class LinearProbe(pl.LightningModule):
+    """(BatchNorm without affine +) linear layer on fixed features [N, D]; SGD as scheduled."""
+
+    def __init__(
+        self,
+        dim: int,
+        num_classes: int,
+        schedule: SGDSchedule,
+        feature_norm: bool = True,
+        classifier_init: str = "default",
+    ):
+        super().__init__()
+        norm = nn.BatchNorm1d(dim, affine=False) if feature_norm else nn.Identity()
+        self.head = nn.Sequential(norm, nn.Linear(dim, num_classes))
+        init_classifier(self.head[1], classifier_init)
+        self.schedule = schedule
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(x)
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        loss = F.cross_entropy(self(x), y)
+        self.log("train_loss", loss, prog_bar=True)
+        return loss
+
+    def configure_optimizers(self):
+        return self.schedule.configure(self.parameters())
+
+
+class FrozenBackboneClassifier(pl.LightningModule):
+    """A linear layer on a frozen backbone, trained on images with cross-entropy.
+
+    ``backbone_bn="train"`` (the published stage): each training step runs the backbone in
+    train mode (under ``no_grad``), so its BatchNorm running statistics follow the stage's
+    images; ``"eval"``: the frozen statistics. Evaluation is the caller's, in eval mode.
+    """
+
+    def __init__(
+        self,
+        backbone: nn.Module,
+        num_classes: int,
+        schedule: SGDSchedule,
+        backbone_bn: str = "train",
+        classifier_init: str = "normal",
+    ):
+        super().__init__()
+        self.backbone = backbone.requires_grad_(False).train(backbone_bn == "train")
+        self.fc = nn.Linear(feature_dim(backbone), num_classes)
+        init_classifier(self.fc, classifier_init)
+        self.schedule = schedule
+        self.backbone_bn = backbone_bn
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():
+            feats = self.backbone(x)
+        return self.fc(feats)
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        self.backbone.train(self.backbone_bn == "train")  # Lightning's train() sets it too
+        loss = F.cross_entropy(self(x), y)
+        self.log("train_loss", loss, prog_bar=True)
+        return loss
+
+    def configure_optimizers(self):
+        return self.schedule.configure(self.fc.parameters())
+
+
+def train_transform(dataset: str, augmentation: str) -> Callable[[Any], Any]:
+    """The stage's training crops: ``published`` (:func:`published_train_transform`) or
+    ``solo-learn`` (``main_linear.py``'s: random resized crop 0.08-1, flip), at 224 px or the
+    stored size of 32 px datasets."""
+    if augmentation == "published":
+        return published_train_transform(dataset)
+    size = facts(dataset).native_size or 224
+    return T.Compose(
+        [
+            T.RandomResizedCrop(size, scale=(0.08, 1.0)),
+            T.RandomHorizontalFlip(),
+            T.ToTensor(),
+            normalize(dataset),
+        ]
+    )

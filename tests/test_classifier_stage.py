@@ -1,0 +1,248 @@
+"""``solo-ext-linear``'s classifier stage on a tiny pretraining run: the published stage (DSCL's
+``equal_lincls.py``: images through the frozen backbone, its BatchNorm statistics following the
+stage, the fc N(0, 0.01), DSCL's crops) by default on a long-tailed dataset, the features path
+on a balanced one; solo-learn's schedules (``step``, cosine) on both paths; one-line errors."""
+
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import lightning.pytorch as pl
+import pytest
+import torch
+from conftest import eval_cfg, tiny_cfg
+from omegaconf import OmegaConf
+
+from solo_ext import linear
+from solo_ext.config import ConfigError
+from solo_ext.data.datasets import build_dataset
+from solo_ext.data.samplers import ClassBalancedSampler
+from solo_ext.data.transforms import build_eval_transform
+from solo_ext.eval.classifier_stage import (
+    CLASSIFIER_STAGE_OPTIONS,
+    published_stage,
+    published_train_transform,
+)
+from solo_ext.linear_stage import train_transform
+from solo_ext.pretrain import run as pretrain
+from solo_ext.runs import load_run
+
+BATCH, LR = 16, 0.4  # lr per 256 images: 0.025 at this batch
+STEP = {"scheduler.name": "step", "scheduler.lr_decay_steps": [2, 3]}
+
+
+class Recorder(pl.Callback):
+    """What the stage saw: the lr at each epoch's start, every input batch, the fc at the start,
+    the training loader's transform and sampler, and the module's state at the end."""
+
+    def __init__(self) -> None:
+        self.lrs: list[float] = []
+        self.inputs: list[torch.Tensor] = []
+        self.fc: tuple[torch.Tensor, torch.Tensor] | None = None
+        self.loader: Any = None
+        self.end_state: dict[str, torch.Tensor] = {}
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        self.loader = trainer.train_dataloader
+        layer = pl_module.fc if hasattr(pl_module, "fc") else pl_module.head[-1]
+        self.fc = (layer.weight.detach().clone(), layer.bias.detach().clone())
+
+    def on_train_epoch_start(self, trainer, pl_module) -> None:
+        self.lrs.append(trainer.optimizers[0].param_groups[0]["lr"])
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        self.inputs.append(batch[0].detach().clone())
+
+    def on_train_end(self, trainer, pl_module) -> None:
+        self.end_state = {k: v.detach().clone() for k, v in pl_module.state_dict().items()}
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory) -> Path:
+    return Path(pretrain(tiny_cfg("scl", tmp_path_factory.mktemp("stage")))["run_dir"])
+
+
+def stage_run(run_dir: Path, **given) -> tuple[dict[str, Any], Recorder]:
+    """solo-ext-linear's defaults on ``run_dir``, a batch of 16 (3 steps an epoch), + ``given``."""
+    keys = {"optimizer.batch_size": BATCH, "optimizer.lr": LR, "enable_progress_bar": False}
+    recorder = Recorder()
+    metrics = linear.run(eval_cfg("linear", run_dir, **{**keys, **given}), callbacks=[recorder])
+    return metrics, recorder
+
+
+@pytest.fixture(scope="module")
+def published(tiny_run) -> tuple[dict[str, Any], Recorder]:
+    """The defaults on synthetic_lt (long-tailed: the published stage), class-balanced, step."""
+    return stage_run(tiny_run, max_epochs=4, **STEP, **{"data.sampler.name": "class_balanced"})
+
+
+@pytest.fixture(scope="module")
+def frozen_bn(tiny_run) -> tuple[dict[str, Any], Recorder]:
+    """Images through the backbone with its statistics frozen, PyTorch's fc."""
+    return stage_run(tiny_run, max_epochs=1, backbone_bn="eval", classifier_init="default")
+
+
+def bn_buffers(state: dict[str, torch.Tensor], prefix: str = "") -> dict[str, torch.Tensor]:
+    """The BatchNorm statistics of a state dict (keys under ``prefix``, the prefix cut)."""
+    ends = ("running_mean", "running_var", "num_batches_tracked")
+    return {
+        k[len(prefix) :]: v for k, v in state.items() if k.startswith(prefix) and k.endswith(ends)
+    }
+
+
+def test_long_tailed_default_is_the_published_stage(published):
+    metrics, recorder = published
+    assert metrics["linear_backbone_bn"] == "train"
+    assert metrics["linear_train_augmentation"] == "published"
+    assert metrics["linear_classifier_init"] == "normal"
+    assert metrics["linear_sampler"] == "class_balanced"
+    assert isinstance(recorder.loader.sampler, ClassBalancedSampler)
+    assert recorder.inputs[0].shape[1:] == (3, 32, 32)  # images, not features
+    assert 0 <= metrics["linear_acc1"] <= metrics["linear_acc5"] <= 100
+
+
+def test_defaults_follow_the_dataset():
+    for dataset, want, images in [
+        ("synthetic_lt", ("train", "normal", "published"), True),
+        ("imagenet_lt", ("train", "normal", "published"), True),
+        ("cifar10", ("eval", "default", "solo-learn"), False),
+        ("imagenet", ("eval", "default", "solo-learn"), False),
+    ]:
+        cfg = OmegaConf.create({})
+        linear.fill_stage(cfg, dataset)
+        assert tuple(cfg[k] for k in CLASSIFIER_STAGE_OPTIONS) == want, dataset
+        assert published_stage(cfg) is images, dataset
+    cfg = OmegaConf.create({"backbone_bn": "eval"})  # a given key is kept
+    linear.fill_stage(cfg, "synthetic_lt")
+    assert (cfg.backbone_bn, cfg.train_augmentation) == ("eval", "published")
+
+
+@pytest.mark.parametrize("path", ["images", "features"])
+def test_step_schedule_per_epoch(path, published, tiny_run):
+    if path == "images":
+        _, recorder = published
+    else:
+        features = {"backbone_bn": "eval", "train_augmentation": "solo-learn"}
+        _, recorder = stage_run(tiny_run, max_epochs=4, **STEP, **features)
+        assert recorder.inputs[0].dim() == 2  # features
+    lr = LR * BATCH / 256
+    assert recorder.lrs == pytest.approx([lr, lr, lr / 10, lr / 100], rel=1e-12)
+
+
+def test_cosine_schedule_by_default(tiny_run):
+    features = {"backbone_bn": "eval", "train_augmentation": "solo-learn"}
+    _, recorder = stage_run(tiny_run, max_epochs=3, **features)
+    lr = LR * BATCH / 256
+    want = [lr * (1 + math.cos(math.pi * e / 3)) / 2 for e in range(3)]
+    assert recorder.lrs == pytest.approx(want, rel=1e-9)
+
+
+def test_backbone_bn_train_updates_the_statistics_as_train_mode_does(published, tiny_run):
+    """The stage's BatchNorm statistics are those of the pretrained backbone run in train mode
+    over the very batches the stage saw; its weights stay the pretrained ones."""
+    _, recorder = published
+    pretrained = load_run(tiny_run)[0]
+    before = bn_buffers(pretrained.state_dict())
+    after = bn_buffers(recorder.end_state, "backbone.")
+    assert before.keys() == after.keys() and before
+    assert any(not torch.equal(before[k], after[k]) for k in before if "running" in k)
+    assert len(recorder.inputs) == 4 * 3  # 4 epochs of 3 full batches of 16 (54 images)
+    replay = load_run(tiny_run)[0].train()
+    with torch.no_grad():
+        for x in recorder.inputs:
+            replay(x)
+    want = bn_buffers(replay.state_dict())
+    for key in want:
+        torch.testing.assert_close(after[key], want[key], rtol=1e-6, atol=1e-7, msg=key)
+    weights = {k: v for k, v in pretrained.state_dict().items() if k not in before}
+    for key, value in weights.items():
+        assert torch.equal(recorder.end_state[f"backbone.{key}"], value), key
+
+
+def test_test_uses_the_stage_statistics_in_eval_mode(published, tiny_run):
+    """The reported accuracy is that of the trained fc on the backbone with the statistics the
+    stage left, in eval mode, on the validation split as stored (synthetic_lt: 32 px)."""
+    metrics, recorder = published
+    backbone, pre, _ = load_run(tiny_run)
+    state = recorder.end_state
+    backbone.load_state_dict({k[len("backbone.") :]: v for k, v in state.items() if "fc." not in k})
+    val = build_dataset(pre.data, "val", build_eval_transform("synthetic_lt"))
+    x, y = zip(*(val[i] for i in range(len(val))))
+    with torch.no_grad():
+        scores = backbone.eval()(torch.stack(x)) @ state["fc.weight"].T + state["fc.bias"]
+    hits = (scores.argmax(1) == torch.tensor(y)).double()
+    assert metrics["linear_acc1"] == pytest.approx(100 * hits.mean().item(), abs=1e-6)
+
+
+def test_backbone_bn_eval_keeps_the_statistics(frozen_bn, tiny_run):
+    metrics, recorder = frozen_bn
+    assert (metrics["linear_backbone_bn"], metrics["linear_classifier_init"]) == ("eval", "default")
+    assert metrics["linear_train_augmentation"] == "published"  # images still
+    before = bn_buffers(load_run(tiny_run)[0].state_dict())
+    after = bn_buffers(recorder.end_state, "backbone.")
+    assert before.keys() == after.keys() and before
+    for key in before:
+        assert torch.equal(before[key], after[key]), key
+
+
+def test_classifier_init_normal_and_default(published, frozen_bn):
+    weight, bias = published[1].fc
+    assert weight.shape == (4, 512)  # ResNet-18's 512 features, 4 classes: 2048 weights
+    assert abs(weight.std().item() - 0.01) < 0.001 and abs(weight.mean().item()) < 0.001
+    assert torch.equal(bias, torch.zeros(4))
+    weight, bias = frozen_bn[1].fc  # PyTorch's: U(-1/sqrt(fan_in), 1/sqrt(fan_in)), bias too
+    bound = 1 / math.sqrt(512)
+    assert weight.abs().max() <= bound and bias.abs().max() <= bound
+    assert abs(weight.std().item() - bound / math.sqrt(3)) < 0.1 * bound / math.sqrt(3)
+    assert bias.abs().min() > 0
+
+
+def test_train_augmentation_gives_the_loader_its_transform(published, tiny_run):
+    loader = published[1].loader
+    assert repr(loader.dataset.transform) == repr(published_train_transform("synthetic_lt"))
+    assert "ColorJitter" in repr(loader.dataset.transform)
+    _, recorder = stage_run(tiny_run, max_epochs=1, train_augmentation="solo-learn")
+    transform = recorder.loader.dataset.transform
+    assert repr(transform) == repr(train_transform("synthetic_lt", "solo-learn"))
+    assert "RandomResizedCrop" in repr(transform) and "ColorJitter" not in repr(transform)
+
+
+@pytest.mark.parametrize("key", [*CLASSIFIER_STAGE_OPTIONS, "scheduler.name"])
+def test_a_bad_value_is_one_line(key, tmp_path):
+    with pytest.raises(ConfigError) as info:
+        linear.run(eval_cfg("linear", tmp_path / "none", **{key: "typo"}))
+    assert str(info.value).startswith(f"{key}='typo': must be one of ")
+    assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "given,message",
+    [
+        ({"scheduler.name": "step"}, "scheduler.lr_decay_steps is missing"),
+        ({**STEP, "scheduler.lr_decay_steps": [3, 2]}, "scheduler.lr_decay_steps=[3, 2]: must be"),
+        ({"optimizer.kwargs.momentum": 1.0}, "optimizer.kwargs.momentum=1.0: must be"),
+    ],
+)
+def test_a_bad_schedule_is_one_line(given, message, tmp_path):
+    with pytest.raises(ConfigError) as info:
+        linear.run(eval_cfg("linear", tmp_path / "none", **given))
+    assert str(info.value).startswith(message) and "\n" not in str(info.value)
+
+
+def test_a_bad_value_through_the_command(tiny_run):
+    proc = subprocess.run(
+        [sys.executable, "-m", "solo_ext.linear", f"pretrained_checkpoint_dir={tiny_run}"]
+        + ["backbone_bn=trian"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONWARNINGS": "ignore"},
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.strip().count("\n") == 0, proc.stderr
+    assert "solo-ext-linear: error: backbone_bn='trian': must be one of" in proc.stderr
