@@ -21,6 +21,7 @@ from solo_ext.leaderboard.published import (
     augmentation_differences,
     load_published,
     protocol_differences,
+    stage_differences,
 )
 from solo_ext.registry import SOLO_EXT_METHODS, load
 
@@ -111,6 +112,10 @@ def tree(tmp_path_factory) -> dict:
         "checkpoint": {"enabled": True, "dir": "trained_models"},
         "max_epochs": 40,
         "wandb_run_id": "1",
+        # DSCL's classifier stage (the default of the long-tailed linear configs)
+        "backbone_bn": "train",
+        "classifier_init": "normal",
+        "train_augmentation": "published",
     }
     (linear_dir / "args.json").write_text(json.dumps(linear_args))
     linear = [{"val_acc1": 50.0}, {"val_acc1": 57.25, "val_acc1_many": 68.5,
@@ -270,6 +275,28 @@ def test_augmentation_options_off_the_published_protocol_are_flagged():
     ]
     assert augmentation_differences("dscl", augs[1:2]) == []
     assert augmentation_differences("mocov2plus", augs) == []
+
+
+def test_a_linear_evaluation_off_the_published_classifier_stage_is_flagged():
+    """On a long-tailed dataset the linear number is compared with the papers' classifier
+    stage; an evaluation with another stage (or from before the keys: solo-learn's probe) is
+    flagged; on a balanced dataset solo-learn's probe is the reference, nothing is flagged."""
+    published = {
+        "backbone_bn": "train",
+        "classifier_init": "normal",
+        "train_augmentation": "published",
+    }
+    assert stage_differences("imagenet_lt", published) == []
+    assert stage_differences("cifar100_lt", {**published, "backbone_bn": "eval"}) == [
+        "linear backbone_bn=eval"
+    ]
+    older = {
+        "backbone_bn": "eval",
+        "classifier_init": "default",
+        "train_augmentation": "solo-learn",
+    }
+    assert len(stage_differences("imagenet_lt", older)) == 3
+    assert stage_differences("cifar100", older) == []
 
 
 def test_broken_and_partial_runs_are_skipped_in_one_line_each(tree, tmp_path, capsys):

@@ -42,6 +42,7 @@ _BY_DATASET = {
     "classifier_init": ("normal", "default"),
     "train_augmentation": ("published", "solo-learn"),
 }
+PUBLISHED_STAGE = {key: values[0] for key, values in _BY_DATASET.items()}
 
 
 def fill_classifier_stage(cfg: DictConfig) -> DictConfig:

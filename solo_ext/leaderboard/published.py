@@ -175,6 +175,17 @@ def augmentation_differences(method: str, augmentations: Any) -> list[str]:
     return out
 
 
+def stage_differences(dataset: str, stage: dict[str, str]) -> list[str]:
+    """``linear <key>=value`` for each classifier-stage key of a linear evaluation on a
+    long-tailed dataset that differs from the published stage (DSCL's)."""
+    from solo_ext.data.facts import facts
+    from solo_ext.eval.classifier_stage import PUBLISHED_STAGE
+
+    if not stage or not facts(dataset).long_tailed:
+        return []
+    return [f"linear {k}={stage[k]}" for k, v in PUBLISHED_STAGE.items() if stage.get(k) != v]
+
+
 def protocol_differences(
     method: str, method_kwargs: dict[str, Any], processes: int | None = None
 ) -> list[str]:

@@ -39,6 +39,7 @@ class Eval:
     kind: str  # "offline" (a probe or kNN of the final backbone) or "online" (during training)
     origin: str  # the file or run it was read from
     note: str = ""  # its settings (epochs, sampler, k)
+    stage: dict[str, str] = field(default_factory=dict)  # a linear evaluation's stage keys
 
 
 @dataclass
@@ -176,6 +177,20 @@ def shown(path: Path) -> str:
     return str(absolute.relative_to(cwd)) if cwd in absolute.parents else str(absolute)
 
 
+# a linear evaluation made before the classifier-stage keys existed ran solo-learn's probe
+STAGE_BEFORE = {
+    "backbone_bn": "eval",
+    "classifier_init": "default",
+    "train_augmentation": "solo-learn",
+}
+
+
+def _stage(found: dict[str, Any], prefix: str = "") -> dict[str, str]:
+    """The classifier-stage keys of a linear evaluation (``<prefix><key>``), or what it ran
+    with before they existed."""
+    return {k: str(found.get(f"{prefix}{k}") or old) for k, old in STAGE_BEFORE.items()}
+
+
 def _from_metrics(metrics: dict[str, Any], prefix: str, origin: str) -> Eval | None:
     acc1 = _float(metrics.get(f"{prefix}acc1"))
     if acc1 is None:
@@ -186,7 +201,8 @@ def _from_metrics(metrics: dict[str, Any], prefix: str, origin: str) -> Eval | N
         parts.append(str(metrics.get("linear_sampler") or ""))
     else:
         parts = [f"k={metrics['knn_k']}" if "knn_k" in metrics else ""]
-    return Eval(acc1, groups, "offline", origin, ", ".join(filter(None, parts)))
+    stage = _stage(metrics, "linear_") if prefix == "linear_" else {}
+    return Eval(acc1, groups, "offline", origin, ", ".join(filter(None, parts)), stage)
 
 
 def _from_row(row: dict[str, str], prefix: str, kind: str, origin: str, note: str = "") -> Eval:
@@ -256,7 +272,9 @@ def linear_eval(run_dir: Path, args: dict[str, Any], search: list[Path]) -> Eval
     epochs = args.get("max_epochs")
     sampler = _get(args, "data.sampler.name") or "shuffle"
     note = ", ".join(filter(None, [f"{epochs} ep" if epochs else "", str(sampler)]))
-    return _from_row(row, "val_acc1", "offline", shown(run_dir), note)
+    found = _from_row(row, "val_acc1", "offline", shown(run_dir), note)
+    found.stage = _stage(args)
+    return found
 
 
 def _resolved(path: Path) -> Path:

@@ -12,6 +12,7 @@ from solo_ext.leaderboard.published import (
     counterpart,
     protocol_defaults,
     protocol_differences,
+    stage_differences,
 )
 from solo_ext.leaderboard.runs import GROUPS, Run, shown
 
@@ -80,6 +81,8 @@ def measured_row(run: Run, published: list[Published]) -> Row:
     diffs = protocol_differences(run.method, run.method_kwargs, run.processes)
     diffs += augmentation_differences(run.method, run.args.get("augmentations"))
     linear, knn = run.linear, run.knn
+    if linear is not None and linear.kind == "offline":
+        diffs += stage_differences(run.dataset, linear.stage)
     if linear is not None and any(v is not None for v in linear.groups.values()):
         groups_of, groups = "linear", linear.groups
     elif knn is not None and any(v is not None for v in knn.groups.values()):
