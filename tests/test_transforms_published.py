@@ -336,3 +336,16 @@ def test_an_unknown_choice_is_one_line(key, value):
         check_augmentations(OmegaConf.create({"augmentations": [aug]}))
     with pytest.raises(ConfigError, match=rf"^{key}='{value}': must be one of"):
         build_augmentation("synthetic_lt", aug)
+
+
+def test_the_test_transform_of_photographs_is_the_published_one():
+    """Resize the shorter side to 256 (torchvision's default, bilinear), centre crop 224: the
+    published classifier stage's test transform (and solo-learn's ImageNet validation)."""
+    from solo_ext.data.transforms import build_eval_transform
+
+    gen = torch.Generator().manual_seed(3)
+    pixels = (torch.rand(300, 410, 3, generator=gen) * 255).to(torch.uint8).numpy()
+    image = Image.fromarray(pixels)
+    mean, std = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)  # ImageNet's
+    published = T.Compose([T.Resize(256), T.CenterCrop(224), T.ToTensor(), T.Normalize(mean, std)])
+    assert torch.equal(build_eval_transform("imagenet_lt", 224)(image), published(image))

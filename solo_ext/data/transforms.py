@@ -213,13 +213,15 @@ def build_pretrain_transform(dataset: str, augmentations: Sequence[DictConfig]) 
 
 def build_eval_transform(dataset: str, crop_size: int = 224) -> Callable:
     """Deterministic transform for validation and feature extraction: datasets stored at their
-    training resolution (CIFAR, synthetic_lt) as they are, photographs resized to crop / 0.875
-    and centre-cropped."""
+    training resolution (CIFAR, synthetic_lt) as they are, photographs resized (bilinear) to
+    crop / 0.875 and centre-cropped."""
     if facts(dataset).native_size is not None:
         return T.Compose([T.ToTensor(), normalize(dataset)])
     return T.Compose(
         [
-            T.Resize(int(crop_size / 0.875), interpolation=T.InterpolationMode.BICUBIC),
+            # bilinear, torchvision's default: the published test transform (resize 256, centre
+            # crop 224) and solo-learn's ImageNet validation
+            T.Resize(int(crop_size / 0.875), interpolation=T.InterpolationMode.BILINEAR),
             T.CenterCrop(crop_size),
             T.ToTensor(),
             normalize(dataset),
