@@ -652,3 +652,29 @@ def test_main_linears_classifier_stage_updates_the_backbones_batchnorm(bn, pretr
     before = torch.load(ckpt, map_location="cpu", weights_only=False)["state_dict"][key]
     after = torch.load(linear_ckpt, map_location="cpu", weights_only=False)["state_dict"][key]
     assert torch.equal(before, after) == (bn == "eval")
+
+
+def test_the_leaderboard_reads_a_main_pretrain_run(pretrained, tmp_path):
+    """solo-ext-leaderboard on main_pretrain.py's run directory (solo-learn's layout, its logs
+    in lightning_logs/ where the script ran): the online kNN and its split, from the last
+    validation row."""
+    import csv as csv_module
+
+    cwd = pretrained.parents[2]
+    out = tmp_path / "board"
+    proc = subprocess.run(
+        [str(Path(sys.executable).with_name("solo-ext-leaderboard")), "trained_models"]
+        + ["--out", str(out)],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    with open(out / "synthetic_lt.csv") as f:
+        (row,) = [r for r in csv_module.DictReader(f) if r["kind"] == "measured"]
+    (logs,) = (cwd / "lightning_logs").rglob("metrics.csv")
+    with open(logs) as f:
+        last = [r for r in csv_module.DictReader(f) if r.get("val_knn_acc1")][-1]
+    assert row["method"] == "dscl" and row["knn_eval"] == "online"
+    assert float(row["knn_acc1"]) == pytest.approx(float(last["val_knn_acc1"]), abs=0.01)
