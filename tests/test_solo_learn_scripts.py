@@ -678,3 +678,35 @@ def test_the_leaderboard_reads_a_main_pretrain_run(pretrained, tmp_path):
         last = [r for r in csv_module.DictReader(f) if r.get("val_knn_acc1")][-1]
     assert row["method"] == "dscl" and row["knn_eval"] == "online"
     assert float(row["knn_acc1"]) == pytest.approx(float(last["val_knn_acc1"]), abs=0.01)
+
+
+@pytest.mark.parametrize("name", ["imagenet-lt/dscl", "cifar100-lt/dscl"])
+def test_the_long_tailed_linear_configs_step_solo_learns_lr_as_published(name, tmp_path):
+    """Through solo-learn's own parse_cfg and LinearModel (the bridge's subclass): lr 10 at the
+    batch of 2048 (the config's lr per 256, scaled by solo-learn), x0.1 at epochs 20 and 30 of
+    40, SGD momentum 0.9 without weight decay; the fc starts N(0, 0.01); the BN mode is train."""
+    from solo.args.linear import parse_cfg
+    from solo.methods.linear import LinearModel
+    from torch import nn
+
+    ckpt = tmp_path / "run.ckpt"
+    ckpt.touch()
+    dataset = compose_config("linear", name).data.dataset
+    overrides = CPU + data_overrides(dataset, tmp_path) + [f"pretrained_feature_extractor={ckpt}"]
+    overrides.append("optimizer.batch_size=2048")
+    cfg = parse_cfg(compose_config("linear", name, overrides))
+    backbone = nn.Sequential(nn.Flatten())
+    backbone.num_features = 2048
+    model = LinearModel(backbone, loss_func=nn.CrossEntropyLoss(), mixup_func=None, cfg=cfg)
+    assert model.backbone_bn == "train"
+    assert model.classifier.weight.std().item() == pytest.approx(0.01, rel=0.05)
+    (optimizer,), (scheduler,) = model.configure_optimizers()
+    group = optimizer.param_groups[0]
+    assert (group["momentum"], group["weight_decay"]) == (0.9, 0.0)
+    lrs = []
+    for _ in range(40):  # stepped once per epoch (Lightning's default for a bare scheduler)
+        lrs.append(optimizer.param_groups[0]["lr"])
+        optimizer.step()
+        scheduler.step()
+    want = [10.0] * 20 + [1.0] * 10 + [0.1] * 10
+    assert lrs == pytest.approx(want)
