@@ -54,6 +54,7 @@ from solo_ext.eval.classifier_stage import (
     CLASSIFIER_STAGE_OPTIONS,
     fill_classifier_stage,
     published_stage,
+    train_augmentation_entry,
 )
 from solo_ext.eval.common import extract_features, report, split_features
 from solo_ext.linear_stage import (
@@ -85,6 +86,7 @@ OPTIONS: dict[str, Option] = {
     "optimizer.batch_size": Option(256, "int", 1),
     **SCHEDULE_OPTIONS,
     **CLASSIFIER_STAGE_OPTIONS,
+    "dali.device": Option(None, "str", choices=("gpu", "cpu"), nullable=True),
     "enable_progress_bar": Option(True, "bool"),
     "seed": Option(5, "int", 0),
 }
@@ -117,6 +119,30 @@ def _loader(
         sampler=sampler,
         drop_last=len(dataset) > batch_size,
         **kw,
+    )
+
+
+def _dali_loader(
+    cfg: DictConfig, pre_cfg: DictConfig, train_set: Dataset, sampler_args: dict | None
+) -> Any:
+    """The stage's DALI loader (``data.format=dali``): the configured sampler's order (a seeded
+    uniform one when none), the stage's crops as a DALI graph, on ``dali.device``."""
+    from solo_ext.data.dali import DALIAugmentation, dali_loader
+
+    args = {"seed": cfg.seed, **(sampler_args or {"name": "instance"})}
+    sampler = build_sampler(args.pop("name"), targets_of(train_set), **args)
+    dataset = pre_cfg.data.dataset
+    entry = train_augmentation_entry(dataset, cfg.train_augmentation)
+    run = OmegaConf.create(
+        {
+            "data": {"dataset": dataset, "num_workers": select(pre_cfg, "data.num_workers", 4)},
+            "optimizer": {"batch_size": cfg.optimizer.batch_size},
+            "dali": {"device": select(cfg, "dali.device") or select(pre_cfg, "dali.device", "gpu")},
+            "seed": cfg.seed,
+        }
+    )
+    return dali_loader(
+        run, train_set, sampler, DALIAugmentation(dataset, entry), kind="classification"
     )
 
 
@@ -174,16 +200,21 @@ def _on_images(
     """The published stage: the classifier trained on augmented images through the frozen
     backbone, then tested once with the backbone (and its statistics) in eval mode."""
     data, workers = pre_cfg.data, select(pre_cfg, "data.num_workers", 0)
-    train_set = build_dataset(data, "train", train_transform(data.dataset, cfg.train_augmentation))
-    train = _loader(
-        cfg,
-        train_set,
-        targets_of(train_set),
-        sampler_args,
-        num_workers=workers,
-        persistent_workers=workers > 0,
-        pin_memory=cfg.accelerator != "cpu" and torch.cuda.is_available(),
-    )
+    if data.format == "dali":
+        train_set = build_dataset(data, "train", None)
+        train: Any = _dali_loader(cfg, pre_cfg, train_set, sampler_args)
+    else:
+        transform = train_transform(data.dataset, cfg.train_augmentation)
+        train_set = build_dataset(data, "train", transform)
+        train = _loader(
+            cfg,
+            train_set,
+            targets_of(train_set),
+            sampler_args,
+            num_workers=workers,
+            persistent_workers=workers > 0,
+            pin_memory=cfg.accelerator != "cpu" and torch.cuda.is_available(),
+        )
     stage = FrozenBackboneClassifier(
         backbone, data.num_classes, SGDSchedule.from_cfg(cfg), cfg.backbone_bn, cfg.classifier_init
     )

@@ -36,6 +36,7 @@ from solo_ext.config import (
     require,
     world_size,
 )
+from solo_ext.data.dali import dali_crops, dali_loader
 from solo_ext.data.datasets import (
     IndexedNCrop,
     build_dataset,
@@ -277,10 +278,16 @@ def method_transform(cfg: DictConfig) -> Any:
 
 def build_loaders(cfg: DictConfig) -> tuple[DataLoader, DataLoader | None]:
     data = cfg.data
-    transform = method_transform(cfg) or build_pretrain_transform(data.dataset, cfg.augmentations)
+    dali = data.format == "dali"
+    if dali:
+        transform = dali_crops(data.dataset, cfg.augmentations)
+    else:
+        transform = method_transform(cfg) or build_pretrain_transform(
+            data.dataset, cfg.augmentations
+        )
     if cfg.debug_augmentations:
         print("Transforms:\n", transform)
-    train_set = build_dataset(data, "train", transform)
+    train_set = build_dataset(data, "train", None if dali else transform)
     train = IndexedNCrop(train_set, no_labels=data.no_labels)
     workers = data.num_workers
     # always one of solo-ext's samplers (``instance``, a seeded permutation, by default): the
@@ -290,18 +297,21 @@ def build_loaders(cfg: DictConfig) -> tuple[DataLoader, DataLoader | None]:
     sampler_args = {} if sampler_cfg is None else OmegaConf.to_container(sampler_cfg)
     sampler_args.setdefault("seed", cfg.seed)
     sampler = build_sampler(sampler_args.pop("name", "instance"), train_set.targets, **sampler_args)
-    train_loader = DataLoader(
-        train,
-        batch_size=cfg.optimizer.batch_size,
-        sampler=sampler,
-        # the workers' base seed comes from here, not from the global RNG (reseeded per epoch
-        # by EpochSeed), so creating an iterator never shifts the augmentations' random stream
-        generator=torch.Generator().manual_seed(cfg.seed),
-        num_workers=workers,
-        pin_memory=torch.cuda.is_available(),
-        drop_last=True,
-        persistent_workers=workers > 0,
-    )
+    if dali:  # the same sampler drives DALI's reader; solo-ext's DALI graph of the crops
+        train_loader: Any = dali_loader(cfg, train_set, sampler, transform, kind="pretrain")
+    else:
+        train_loader = DataLoader(
+            train,
+            batch_size=cfg.optimizer.batch_size,
+            sampler=sampler,
+            # the workers' base seed comes from here, not from the global RNG (reseeded per epoch
+            # by EpochSeed), so creating an iterator never shifts the augmentations' random stream
+            generator=torch.Generator().manual_seed(cfg.seed),
+            num_workers=workers,
+            pin_memory=torch.cuda.is_available(),
+            drop_last=True,
+            persistent_workers=workers > 0,
+        )
     if data.dataset != "synthetic_lt" and data.val_path is None:
         return train_loader, None
     val = build_dataset(
@@ -339,7 +349,8 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     pl.seed_everything(cfg.seed, workers=True)
     train_loader, val_loader = build_loaders(cfg)
     # the online kNN reports the Many / Medium / Few split from these counts
-    cfg.data.train_class_counts = train_class_counts(train_loader.dataset.dataset)
+    train_set = getattr(train_loader.dataset, "dataset", train_loader.dataset)  # IndexedNCrop
+    cfg.data.train_class_counts = train_class_counts(train_set)
     model = METHODS[cfg.method](cfg)
     if not cfg.performance.disable_channel_last:
         model = model.to(memory_format=torch.channels_last)

@@ -24,7 +24,9 @@ from solo_ext.registry import SOLO_EXT_METHODS
 SHOT_GROUPS = ("many", "medium", "few")
 
 
-def pretrain_two_processes(method: str, cwd: Path) -> subprocess.CompletedProcess:
+def pretrain_two_processes(
+    method: str, cwd: Path, *extra: str, **more_env: str
+) -> subprocess.CompletedProcess:
     """The shipped synthetic-lt config on two CPU processes, one epoch of 4 steps a rank."""
     args = [
         "--config-name",
@@ -34,8 +36,9 @@ def pretrain_two_processes(method: str, cwd: Path) -> subprocess.CompletedProces
         "max_epochs=1",
         "++limit_train_batches=4",
         "++enable_progress_bar=false",
+        *extra,
     ]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore", **more_env}
     return subprocess.run(
         [str(Path(sys.executable).with_name("solo-ext-pretrain")), *args],
         cwd=cwd,
@@ -71,6 +74,42 @@ def test_a_two_process_run_finishes_with_its_long_tail_knn(method, tmp_path):
     assert len(rows) == 1
     for group in SHOT_GROUPS:
         assert finite(rows[0][f"val_knn_acc1_{group}"]), rows[0]
+
+
+def test_a_two_process_dali_run_finishes_reading_disjoint_shares(tmp_path):
+    """The same whole run with DALI's reader (CPU operators) drawing in the sampler's order:
+    each rank's batches are its share (positions rank, rank + 2, ...) of one global order."""
+    pytest.importorskip("nvidia.dali", reason="NVIDIA DALI is not installed")
+    from omegaconf import OmegaConf
+
+    from solo_ext.data.datasets import build_dataset
+    from solo_ext.data.samplers import build_sampler
+
+    spy = tmp_path / "spy"
+    spy.mkdir()
+    shim = str(Path(__file__).parent / "solo_shim")
+    path = os.pathsep.join(filter(None, [shim, os.environ.get("PYTHONPATH")]))
+    dali = ["data.format=dali", "+dali.device=cpu", "+data.sampler.name=class_balanced"]
+    proc = pretrain_two_processes(
+        "dscl", tmp_path, *dali, PYTHONPATH=path, SOLO_EXT_TEST_SPY=str(spy)
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    (run_dir,) = (tmp_path / "trained_models" / "dscl").iterdir()
+    args = json.loads((run_dir / "args.json").read_text())
+    assert args["data"]["format"] == "dali" and args["devices"] == 2
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    for group in SHOT_GROUPS:
+        assert finite(metrics[f"knn_acc1_{group}"]), metrics
+    labels = build_dataset(OmegaConf.create(args["data"]), "train", None).targets
+    batch = args["optimizer"]["batch_size"]
+    whole = list(build_sampler("class_balanced", labels, seed=args["seed"], num_replicas=1, rank=0))
+    for rank in (0, 1):
+        seen = [
+            json.loads(line) for line in (spy / f"labels-{rank}.jsonl").read_text().splitlines()
+        ]
+        assert len(seen) == 4  # limit_train_batches
+        share = [labels[i] for i in whole[rank::2]]
+        assert seen == [share[b * batch : (b + 1) * batch] for b in range(4)]
 
 
 def test_python_m_finds_the_shipped_configs(tmp_path):

@@ -149,7 +149,11 @@ def fill_data_cfg(cfg: DictConfig) -> DictConfig:
         data[key] = select(cfg, f"data.{key}", default)
     if dataset in LONG_TAILED and data.imbalance_factor is None:
         data.imbalance_factor = 100 if dataset != "synthetic_lt" else 10
-    check_choice("data.format", data.format, ("image_folder",))
+    check_choice("data.format", data.format, DATA_OPTIONS["format"].choices)
+    if data.format == "dali":
+        from solo_ext.data.dali import check_dali
+
+        check_dali(cfg)
     if data.fraction not in (-1, 1, 1.0):
         raise ConfigError(
             f"data.fraction={data.fraction!r}: solo-ext trains on whole datasets; "

@@ -95,6 +95,18 @@ def published_train_augmentation(dataset: str, crop_size: int | None = None) -> 
     )
 
 
+def train_augmentation_entry(dataset: str, augmentation: str) -> DictConfig:
+    """The stage's training crops as an ``augmentations`` entry (for the DALI graphs):
+    ``published`` (:func:`published_train_augmentation`), or ``solo-learn`` (random resized crop
+    0.08-1 and flip, no colour), at 224 px or the stored size of 32 px datasets."""
+    entry = published_train_augmentation(dataset)
+    if augmentation != "published":
+        off = {"prob": 0.0}
+        colour = ("color_jitter", "grayscale", "gaussian_blur", "solarization")
+        entry = OmegaConf.merge(entry, {key: off for key in colour})
+    return entry
+
+
 def published_train_transform(dataset: str, crop_size: int | None = None) -> Callable[[Any], Any]:
     """The published stage's training transform (PIL image -> normalised tensor)."""
     from solo_ext.data.transforms import build_augmentation
