@@ -26,6 +26,7 @@ _BRIDGED = (
     "solo.args.knn",
     "solo.data.pretrain_dataloader",
     "solo.data.classification_dataloader",
+    "solo.data.dali_dataloader",
     "solo.methods.linear",
 )
 

@@ -19,6 +19,10 @@ names:
   builders build solo-ext's datasets, the transforms use the dataset table, and the training
   loaders draw with the configured sampler (a ``DistributedSampler``, so Lightning does not
   re-shard it under DDP).
+- ``solo.data.dali_dataloader``: with ``data.format=dali`` and a sampler (or a solo-ext dataset),
+  the DALI data modules of ``main_pretrain.py`` / ``main_linear.py`` read the training images in
+  the sampler's order (``solo_ext.data.dali``), through solo-learn's own decode and augmentation
+  graph; ``build_transform_pipeline_dali`` gets a solo-ext dataset's statistics.
 - ``solo.methods.linear``: on a long-tailed dataset, ``main_linear.py``'s model also logs the
   validation top-1 of the Many / Medium / Few classes (``val_acc1_many``, ...).
 
@@ -115,20 +119,21 @@ def _check_solo_ext_keys(cfg: Any, module: ModuleType) -> dict[str, Any] | None:
     data_format = OmegaConf.select(cfg, "data.format", default="image_folder")
     sampler = fill_sampler_cfg(cfg, total_epochs=OmegaConf.select(cfg, "max_epochs"))
     if sampler is not None:
-        if data_format == "dali" and sampler["name"] != "instance":
-            raise ConfigError(
-                f"data.sampler.name={sampler['name']!r} with data.format='dali': DALI's file "
-                "reader draws its own uniform order; use data.format=image_folder"
-            )
         if OmegaConf.select(cfg, "data.no_labels", default=False):
             raise ConfigError(
                 f"data.sampler.name={sampler['name']!r} with data.no_labels=true: "
                 "the samplers draw by class and need the labels"
             )
         sampler.setdefault("seed", OmegaConf.select(cfg, "seed", default=5))
-        if data_format == "dali":  # 'instance': the law of DALI's own uniform shuffle
-            _announce("data.format=dali: DALI's reader draws the order (uniform, as 'instance')")
-            sampler = None
+    if data_format == "dali" and (sampler is not None or dataset in SOLO_EXT_ONLY):
+        from solo_ext.data.dali import check_dali, dali_device
+
+        check_dali(cfg)
+        dali_device(cfg)  # gpu (solo-learn's default) needs one
+        name = "instance" if sampler is None else sampler["name"]
+        _announce(
+            f"data.format=dali: DALI reads the training images in the {name!r} sampler's order"
+        )
     if data_format == "dali" and OmegaConf.select(cfg, "method") == "pbsd":
         source = OmegaConf.select(cfg, "method_kwargs.patch_source", default="loader")
         if source == "loader":
@@ -137,12 +142,6 @@ def _check_solo_ext_keys(cfg: Any, module: ModuleType) -> dict[str, Any] | None:
                 "they are cut and augmented on the device (method_kwargs.patch_source=device)"
             )
             OmegaConf.update(cfg, "method_kwargs.patch_source", "device", force_add=True)
-    if data_format == "dali" and dataset in SOLO_EXT_ONLY:
-        raise ConfigError(
-            f"data.dataset={dataset!r} with data.format='dali': DALI's file reader reads image "
-            "folders; write the subset with solo-ext-make-lt and train on it with "
-            "data.dataset=custom, or use data.format=image_folder"
-        )
     if dataset in SOLO_EXT_ONLY:
         fill_data_cfg(cfg)
         # solo-learn's parse_cfg reads the class count of a known name from this table
@@ -178,7 +177,12 @@ def _wrap_parse_cfg(module: ModuleType) -> None:
 
         stop_if_broken(cfg)
         sampler = _check_solo_ext_keys(cfg, module)
+        dali_dataset = cfg.data.get("format") == "dali" and cfg.data.dataset in SOLO_EXT_ONLY
+        if dali_dataset:  # solo-learn asserts that DALI reads one of its image-folder names
+            cfg.data.format = "image_folder"
         cfg = original(cfg)
+        if dali_dataset:  # (the format matters to that assert only)
+            cfg.data.format = "dali"
         if module.__name__.endswith("pretrain"):
             _check_method_kwargs(cfg)
         fill_stem_option(cfg)
@@ -342,6 +346,22 @@ def _solo_ext_views(dataset: str) -> bool:
     return method in SOLO_EXT_METHODS and dataset in DATASETS
 
 
+def _with_stats(dataset: str, cfg: Any) -> Any:
+    """An ``augmentations`` entry for solo-learn's builders (which know the statistics of
+    their own datasets only) carrying a solo-ext dataset's (a ``custom`` one keeps the entry's
+    ``mean`` / ``std`` when it gives them, as solo-learn does)."""
+    if dataset not in SOLO_EXT_ONLY:
+        return cfg
+    from omegaconf import OmegaConf
+
+    cfg = OmegaConf.create(OmegaConf.to_container(cfg))
+    mean, std = facts(dataset).stats
+    if facts(dataset).solo_name == "custom":
+        mean, std = cfg.get("mean", mean), cfg.get("std", std)
+    cfg.mean, cfg.std = list(mean), list(std)
+    return cfg
+
+
 def _patch_pretrain_loader(module: ModuleType) -> None:
     build_transform, prepare_datasets = module.build_transform_pipeline, module.prepare_datasets
     prepare_dataloader = module.prepare_dataloader
@@ -352,15 +372,7 @@ def _patch_pretrain_loader(module: ModuleType) -> None:
             from solo_ext.data.transforms import build_augmentation
 
             return build_augmentation(dataset, cfg)
-        if dataset in SOLO_EXT_ONLY:  # the dataset table's statistics, not ImageNet's
-            from omegaconf import OmegaConf
-
-            cfg = OmegaConf.create(OmegaConf.to_container(cfg))
-            mean, std = facts(dataset).stats
-            if facts(dataset).solo_name == "custom":
-                mean, std = cfg.get("mean", mean), cfg.get("std", std)
-            cfg.mean, cfg.std = list(mean), list(std)
-        return build_transform(dataset, cfg)
+        return build_transform(dataset, _with_stats(dataset, cfg))
 
     @functools.wraps(prepare_datasets)
     def prepare_datasets_(dataset, transform, *args, **kwargs):
@@ -452,6 +464,118 @@ def _patch_classification_loader(module: ModuleType) -> None:
     module.prepare_dataloaders = prepare_dataloaders_
 
 
+# --- solo-learn's DALI loaders ---------------------------------------------------------------
+
+
+def _dali_sampled() -> bool:
+    """Whether the run's DALI training loader reads in a solo-ext sampler's order: a sampler is
+    configured, or the dataset is one of solo-ext's (DALI's file reader cannot read it)."""
+    if RUN is None or RUN.cfg is None or RUN.data.get("format") != "dali":
+        return False
+    return RUN.sampler is not None or RUN.data.dataset in SOLO_EXT_ONLY
+
+
+def _dali_train_loader(datamodule: Any, transforms: Any, kind: str) -> Any:
+    """solo-ext's sampled DALI loader for a solo-learn DALI data module: the run's training set
+    (a solo-ext dataset, or the class folders solo-learn's reader lists), the run's sampler
+    (``instance`` when none: a seeded uniform order), solo-learn's decode-and-augment graph."""
+    from omegaconf import OmegaConf
+    from torchvision.datasets import ImageFolder
+
+    from solo_ext.data.dali import dali_loader
+    from solo_ext.data.datasets import build_dataset, targets_of
+    from solo_ext.data.samplers import build_sampler
+
+    assert RUN is not None
+    data = RUN.data
+    if data.dataset in SOLO_EXT_ONLY:
+        train_set = build_dataset(data, "train", None)
+    else:  # the class folders, sorted, as solo-learn's DALI pipelines list them
+        train_set = ImageFolder(str(data.train_path))
+    args = dict(RUN.sampler or {"name": "instance", "seed": RUN.cfg.get("seed", 5)})
+    sampler = build_sampler(args.pop("name"), targets_of(train_set), **args)
+    cfg = OmegaConf.create(
+        {
+            "data": {"dataset": data.dataset, "num_workers": datamodule.num_workers},
+            "optimizer": {"batch_size": datamodule.batch_size},
+            "dali": {"device": datamodule.dali_device},
+            "seed": RUN.cfg.get("seed", 5),
+        }
+    )
+    return dali_loader(cfg, train_set, sampler, transforms, kind=kind)
+
+
+def _linear_dali_augmentation(dataset: str) -> Any:
+    """main_linear.py's DALI training crops as an ``augmentations`` entry for solo-learn's
+    ``build_transform_pipeline_dali``: the published stage's, or solo-learn's own linear
+    pipeline's (random resized crop 0.08-1 and flip), at the dataset's size."""
+    from solo_ext.eval.classifier_stage import train_augmentation_entry
+
+    entry = train_augmentation_entry(dataset, _stage("train_augmentation") or "solo-learn")
+    return _with_stats(dataset, entry)
+
+
+def _patch_dali_loaders(module: ModuleType) -> None:
+    pretrain_base, classification_base = (
+        module.PretrainDALIDataModule,
+        module.ClassificationDALIDataModule,
+    )
+    build_transform_dali = module.build_transform_pipeline_dali
+
+    @functools.wraps(build_transform_dali)
+    def build_transform_pipeline_dali(dataset, cfg, dali_device):
+        return build_transform_dali(dataset, _with_stats(dataset, cfg), dali_device)
+
+    class PretrainDALIDataModule(pretrain_base):
+        """solo-learn's; its reader follows the run's sampler when the run has one, or trains
+        on a solo-ext dataset (decode and augmentations unchanged)."""
+
+        def __init__(self, *args, train_data_path=None, **kwargs):
+            # a dataset without files (synthetic_lt) has no path for solo-learn's Path()
+            super().__init__(*args, train_data_path=train_data_path or "", **kwargs)
+
+        def setup(self, stage=None):
+            if not _dali_sampled():
+                return super().setup(stage)
+            self.train_loader = _dali_train_loader(self, self.transforms, "pretrain")
+
+    class ClassificationDALIDataModule(classification_base):
+        """solo-learn's; main_linear.py's training loader follows the run's sampler when the
+        run has one, or trains on a solo-ext dataset (validation stays main_linear.py's
+        torchvision loader)."""
+
+        def __init__(self, dataset, *args, train_data_path=None, val_data_path=None, **kwargs):
+            # solo-learn's accepts its own names only; a solo-ext dataset reads as 'custom'
+            super().__init__(
+                "custom" if dataset in SOLO_EXT_ONLY else dataset,
+                *args,
+                train_data_path=train_data_path or "",
+                val_data_path=val_data_path or "",
+                **kwargs,
+            )
+            self.dataset = dataset
+
+        def setup(self, stage=None):
+            if not _dali_sampled():
+                return super().setup(stage)
+            aug = _linear_dali_augmentation(self.dataset)
+            transforms = build_transform_dali(self.dataset, aug, self.dali_device)
+            self.train_loader = _dali_train_loader(self, transforms, "classification")
+
+    for cls, base in (
+        (PretrainDALIDataModule, pretrain_base),
+        (ClassificationDALIDataModule, classification_base),
+    ):
+        cls.__name__, cls.__qualname__, cls.__module__ = (
+            base.__name__,
+            base.__name__,
+            module.__name__,
+        )
+    module.PretrainDALIDataModule = PretrainDALIDataModule
+    module.ClassificationDALIDataModule = ClassificationDALIDataModule
+    module.build_transform_pipeline_dali = build_transform_pipeline_dali
+
+
 # --- main_linear.py's model -----------------------------------------------------------------
 
 
@@ -530,6 +654,7 @@ PATCHES = {
     "solo.args.knn": _wrap_parse_args_knn,
     "solo.data.pretrain_dataloader": _patch_pretrain_loader,
     "solo.data.classification_dataloader": _patch_classification_loader,
+    "solo.data.dali_dataloader": _patch_dali_loaders,
     "solo.methods.linear": _patch_linear_model,
 }
 

@@ -122,6 +122,11 @@ NEEDS: dict[str, tuple[Need, ...]] = {
             "prepare_data", "prepare_transforms", "prepare_datasets", "prepare_dataloaders"
         ),
     ),
+    "solo.data.dali_dataloader": (
+        _function("build_transform_pipeline_dali", "dataset", "cfg", "dali_device"),
+        _method_of("PretrainDALIDataModule", "setup", "train_dataloader"),
+        _method_of("ClassificationDALIDataModule", "setup", "train_dataloader"),
+    ),
     "solo.methods.linear": (
         _method_of("LinearModel", "validation_step", "on_validation_epoch_end"),
     ),

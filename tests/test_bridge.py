@@ -8,6 +8,7 @@ import sys
 import types
 
 import pytest
+import torch
 from conftest import AUGMENTATION, tiny_cfg
 from omegaconf import OmegaConf
 from torchvision.transforms.functional import to_tensor
@@ -77,7 +78,6 @@ def test_parse_cfg_takes_solo_exts_dataset_and_fills_what_the_run_needs():
     [
         ({"sampler": {"name": "clas_balancd"}}, "(did you mean 'class_balanced'?)"),
         ({"sampler": {"name": "sqrt", "powr": 1}}, "data.sampler.powr=1"),
-        ({"format": "dali"}, "data.dataset='synthetic_lt' with data.format='dali'"),
         ({"imbalance_factor": 0.5}, "data.imbalance_factor=0.5"),
     ],
 )
@@ -89,6 +89,25 @@ def test_parse_cfg_errors_are_one_line(data, message, capsys):
     (line,) = capsys.readouterr().err.splitlines()
     assert line.startswith(f"{bridge._prog()}: error: ") and message in line
     assert bridge.RUN is None
+
+
+def test_dali_that_cannot_run_here_stops_parse_cfg_in_one_line(capsys, monkeypatch):
+    """data.format=dali on a solo-ext dataset: without DALI installed, or on the GPU (solo-learn's
+    default DALI device) of a machine without one, one line before anything is built."""
+    from solo_ext.data import dali
+
+    module = stand_in_args()
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    for installed, message in (
+        (False, "data.format='dali': NVIDIA DALI is not installed"),
+        (True, "dali.device='gpu': no CUDA device here; set dali.device=cpu"),
+    ):
+        monkeypatch.setattr(dali, "dali_installed", lambda installed=installed: installed)
+        with pytest.raises(SystemExit):
+            module.parse_cfg(synthetic_cfg(format="dali"))
+        (line,) = capsys.readouterr().err.splitlines()
+        assert line.startswith(f"{bridge._prog()}: error: {message}"), line
+        assert bridge.RUN is None
 
 
 def test_loaders_build_the_dataset_and_draw_with_the_sampler():
@@ -180,6 +199,12 @@ def healthy(name: str) -> types.ModuleType:
         "def prepare_data(dataset):\n"
         "    T_train, T_val = prepare_transforms(dataset)\n"
         "    return prepare_dataloaders(*prepare_datasets(dataset, T_train, T_val))\n",
+        "solo.data.dali_dataloader": "def build_transform_pipeline_dali(dataset, cfg, dali_device):"
+        " pass\n"
+        "class PretrainDALIDataModule:\n"
+        "    def setup(self, stage=None): pass\n"
+        "    def train_dataloader(self): pass\n"
+        "class ClassificationDALIDataModule(PretrainDALIDataModule): pass\n",
         "solo.methods.linear": "class LinearModel:\n"
         "    def validation_step(self, batch, batch_idx): pass\n"
         "    def on_validation_epoch_end(self): pass\n",
@@ -220,6 +245,13 @@ LOSE = {
     ),
     "prepare_data calling prepare_transforms, prepare_datasets, prepare_dataloaders "
     "through the module": _redefine("def prepare_data(dataset, loaders=None): return loaders\n"),
+    "build_transform_pipeline_dali(dataset, cfg, dali_device)": _redefine(
+        "def build_transform_pipeline_dali(dataset, cfg): pass\n"
+    ),
+    "PretrainDALIDataModule.setup, train_dataloader": _drop("PretrainDALIDataModule"),
+    "ClassificationDALIDataModule.setup, train_dataloader": _redefine(
+        "class ClassificationDALIDataModule: pass\n"
+    ),
     "LinearModel.validation_step, on_validation_epoch_end": lambda module: delattr(
         module.LinearModel, "on_validation_epoch_end"
     ),

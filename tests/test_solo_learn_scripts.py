@@ -131,7 +131,12 @@ def test_sampler_reaches_training_step(sampler, tmp_path):
     assert counts[0] < 0.25 and counts[-1] > 0.1
 
 
-def test_sampler_under_ddp_shards_by_rank(tmp_path):
+@pytest.mark.parametrize("data_format", ["image_folder", "dali"])
+def test_sampler_under_ddp_shards_by_rank(data_format, tmp_path):
+    """Two processes: each rank's batches are its share of one global order, with torchvision's
+    loaders and with solo-learn's DALI loader (its CPU operators) alike."""
+    if data_format == "dali":
+        pytest.importorskip("nvidia.dali", reason="NVIDIA DALI is not installed")
     spy = tmp_path / "spy"
     spy.mkdir()
     args = [
@@ -143,11 +148,73 @@ def test_sampler_under_ddp_shards_by_rank(tmp_path):
         *SMALL,
         "optimizer.batch_size=4",
         "+data.sampler.name=sqrt",
+        *(["data.format=dali", "+dali.device=cpu"] if data_format == "dali" else []),
     ]
     ok(solo("main_pretrain.py", args, tmp_path, SOLO_EXT_TEST_SPY=str(spy)))
     labels = synthetic_labels()
     for rank in (0, 1):
         assert spied(spy, rank) == expected_batches("sqrt", labels, 5, 2, rank, 4)
+    assert_online_shot_groups(tmp_path)
+
+
+# --- DALI: the samplers drive solo-learn's DALI loaders --------------------------------------
+
+DALI_CPU = ["data.format=dali", "+dali.device=cpu"]  # DALI's CPU operators: no GPU needed
+
+
+def needs_dali() -> None:
+    pytest.importorskip("nvidia.dali", reason="NVIDIA DALI is not installed")
+
+
+@pytest.mark.parametrize("sampler", ["class_balanced", None])
+def test_sampler_drives_solo_learns_dali_loader(sampler, tmp_path):
+    """main_pretrain.py with data.format=dali: the batches training_step sees are the
+    sampler's draw for epoch 0 (no sampler on a solo-ext dataset: 'instance', seeded), the same
+    as with torchvision's loaders."""
+    needs_dali()
+    spy = tmp_path / "spy"
+    spy.mkdir()
+    extra = [f"+data.sampler.name={sampler}"] if sampler else []
+    args = ["--config-name", "synthetic-lt/dscl", *CPU, *SMALL, *DALI_CPU, *extra]
+    proc = ok(solo("main_pretrain.py", args, tmp_path, SOLO_EXT_TEST_SPY=str(spy)))
+    name = sampler or "instance"
+    assert f"DALI reads the training images in the {name!r} sampler's order" in proc.stdout
+    assert spied(spy) == expected_batches(name, synthetic_labels(), 5, 1, 0, 8)
+    assert_online_shot_groups(tmp_path)
+
+
+def test_main_linear_with_dali_draws_with_the_linear_configs_sampler(pretrained, tmp_path):
+    needs_dali()
+    proc = linear_with_sampler_spied(pretrained, tmp_path, *DALI_CPU)
+    assert "DALI reads the training images in the 'class_balanced' sampler's order" in proc.stdout
+
+
+def test_custom_image_folder_with_a_sampler_through_dali(tmp_path):
+    """solo-learn's own 'custom' dataset (class folders of JPEG files, decoded by DALI) with a
+    sampler: the labels follow the sampler's draw over the folders as ImageFolder lists them."""
+    needs_dali()
+    counts = [12, 6, 3]
+    paths = [f"train/c{c}/{i}.jpg" for c, n in enumerate(counts) for i in range(n)]
+    paths += [f"val/c{c}/{i}.jpg" for c in range(3) for i in range(2)]
+    fake_images(tmp_path / "data", paths, size=36)
+    spy = tmp_path / "spy"
+    spy.mkdir()
+    args = [
+        "--config-name",
+        "synthetic-lt/dscl",
+        *CPU,
+        *DALI_CPU,
+        "data.dataset=custom",
+        f"+data.train_path={tmp_path / 'data' / 'train'}",
+        f"+data.val_path={tmp_path / 'data' / 'val'}",  # (solo-learn's DALI run needs one)
+        "data.num_classes=3",
+        "max_epochs=1",
+        "optimizer.batch_size=4",
+        "+data.sampler.name=class_balanced",
+    ]
+    ok(solo("main_pretrain.py", args, tmp_path, SOLO_EXT_TEST_SPY=str(spy)))
+    labels = [c for c, n in enumerate(counts) for _ in range(n)]
+    assert spied(spy) == expected_batches("class_balanced", labels, 5, 1, 0, 4)
 
 
 # --- long-tailed datasets by name, through the three scripts ------------------------------
@@ -184,9 +251,10 @@ def assert_online_shot_groups(run_cwd: Path, prefix: str = "val_knn_acc1_") -> N
     assert all(f"{prefix}{g}" in rows[0] for g in ("many", "medium", "few")), rows[0]
 
 
-def test_main_linear_and_knn_on_a_long_tailed_dataset(pretrained, tmp_path):
-    """main_linear.py: the linear config's class-balanced sampler reaches the linear model's
-    training_step, and the backbone (its stem from args.json) loads; main_knn.py by name."""
+def linear_with_sampler_spied(pretrained: Path, tmp_path: Path, *extra: str):
+    """main_linear.py with the linear config on the pretrained run: the config's class-balanced
+    sampler reaches the linear model's training_step, and its validation has the long tail's
+    Many / Medium / Few top-1."""
     (ckpt,) = pretrained.glob("*.ckpt")
     spy = tmp_path / "spy"
     spy.mkdir()
@@ -195,6 +263,7 @@ def test_main_linear_and_knn_on_a_long_tailed_dataset(pretrained, tmp_path):
         "synthetic-lt/dscl",
         *CPU,
         *SMALL,
+        *extra,
         f"pretrained_feature_extractor='{ckpt}'",
         "backbone.name=resnet18",
         "checkpoint.enabled=False",
@@ -203,6 +272,13 @@ def test_main_linear_and_knn_on_a_long_tailed_dataset(pretrained, tmp_path):
     assert "'class_balanced' sampler" in proc.stdout
     assert spied(spy) == expected_batches("class_balanced", synthetic_labels(), 5, 1, 0, 8)
     assert_online_shot_groups(tmp_path, "val_acc1_")  # main_linear's model, on a long tail
+    return proc
+
+
+def test_main_linear_and_knn_on_a_long_tailed_dataset(pretrained, tmp_path):
+    """main_linear.py: the linear config's class-balanced sampler reaches the linear model's
+    training_step, and the backbone (its stem from args.json) loads; main_knn.py by name."""
+    linear_with_sampler_spied(pretrained, tmp_path)
     knn = [
         "--dataset",
         "synthetic_lt",
@@ -419,11 +495,8 @@ BAD = {
         ["+data.sampler.name=sqrt", "+data.sampler.powr=0.3"],
         "data.sampler.powr=0.3",
     ),
-    "sampler with dali": (
-        ["+data.sampler.name=class_balanced", "data.format=dali"],
-        "data.sampler.name='class_balanced' with data.format='dali'",
-    ),
-    "long-tailed dataset with dali": (["data.format=dali"], "data.dataset='synthetic_lt'"),
+    # (solo-learn's default DALI device; this machine has no GPU)
+    "dali on a gpu": (["data.format=dali", "+dali.device=gpu"], "dali.device='gpu': no CUDA"),
     "imbalance factor": (["data.imbalance_factor=0.5"], "data.imbalance_factor=0.5"),
     # solo-learn itself checks a method's keys only when it builds the model
     "method key": (["method_kwargs.temperature=-1"], "method_kwargs.temperature=-1: must be"),
