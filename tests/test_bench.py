@@ -5,6 +5,7 @@ code) computing the same values and gradients."""
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 import torch
@@ -36,6 +37,8 @@ def test_tiny_run_prints_and_writes_every_row(tmp_path, capsys):
     assert len(kernels) == 3 * len(K.KERNELS)
     steps = [r for r in rows if r["kind"] == "step"]
     assert {r["candidate"] for r in steps} == {"dscl", "scl"}
+    loaders = {r["candidate"] for r in rows if r["kind"] == "loader"}
+    assert loaders == ({"solo-learn", "sampled", "sampled_class_balanced"} if _dali() else set())
     by_label = {(r["name"], r["candidate"]): r for r in rows}
     assert len(by_label) == len(rows)
     for r in rows:
@@ -45,6 +48,8 @@ def test_tiny_run_prints_and_writes_every_row(tmp_path, capsys):
             for ref in ("floor", "straightforward"):
                 want = r["median_s"] / by_label[(r["name"], ref)]["median_s"]
                 assert r[f"ratio_vs_{ref}"] == pytest.approx(want, rel=1e-9), (r, ref)
+        elif r["kind"] == "loader":  # with DALI: test_tiny_loaders checks them
+            assert r["images_per_s"] > 0, r
         else:
             ref = by_label[(r["name"], r["reference"])]
             want = r["median_s"] / ref["median_s"]
@@ -68,6 +73,52 @@ def test_tiny_run_prints_and_writes_every_row(tmp_path, capsys):
     printed = capsys.readouterr().out
     assert "| kernel | dscl loss |" in printed and "x scl |" in printed
     assert "(1.000x) |" in printed
+
+
+def _dali() -> bool:
+    from solo_ext.data.dali import dali_installed
+
+    return dali_installed()
+
+
+def test_tiny_loaders(tmp_path, capsys):
+    """solo-ext's sampled DALI readers and solo-learn's file reader, same decode and crops, over
+    whole epochs of a tiny image folder: every row with its images/s and its ratio."""
+    if not _dali():
+        pytest.skip("NVIDIA DALI is not installed (pip install -e '.[dali]')")
+    out = tmp_path / "bench.json"
+    rows = main(["--what", "loaders", "--tiny", "--device", "cpu", "--json", str(out)])["rows"]
+    by_candidate = {r["candidate"]: r for r in rows}
+    assert set(by_candidate) == {"solo-learn", "sampled", "sampled_class_balanced"}
+    assert all(r["kind"] == "loader" and r["reference"] == "solo-learn" for r in rows)
+    ref = by_candidate["solo-learn"]
+    assert ref["ratio_vs_solo_learn"] == 1.0
+    for r in rows:
+        assert 0 < r["q1_s"] <= r["median_s"] <= r["q3_s"], r
+        # 64 images, batch 4 in --tiny: every loader reads 16 whole batches an epoch
+        assert r["images_per_epoch"] == 64, r
+        assert r["images_per_s"] == pytest.approx(64 / r["median_s"], rel=1e-9), r
+        assert math.isfinite(r["ratio_vs_solo_learn"]) and r["ratio_vs_solo_learn"] > 0, r
+        want = r["images_per_s"] / ref["images_per_s"]
+        assert r["ratio_vs_solo_learn"] == pytest.approx(want, rel=1e-9), r
+        assert sum(r["class_counts"]) == 64 and r["class_counts"] == sorted(
+            r["class_counts"], reverse=True
+        )
+    assert json.loads(out.read_text())["rows"] == json.loads(json.dumps(rows))
+    printed = capsys.readouterr().out
+    assert "| loader | dali training loader |" in printed and "x solo-learn images/s |" in printed
+
+
+def test_loaders_without_dali_print_one_line_and_skip(monkeypatch, capsys):
+    import solo_ext.data.dali as dali
+
+    monkeypatch.setattr(dali, "dali_installed", lambda: False)
+    rows = main(["--what", "loaders", "--tiny", "--device", "cpu"])["rows"]
+    assert rows == []
+    printed = capsys.readouterr().out.splitlines()
+    assert [line for line in printed if line.startswith("loaders:")] == [
+        "loaders: skipped, NVIDIA DALI is not installed (pip install -e '.[dali]')"
+    ]
 
 
 @pytest.mark.parametrize("crop, kernel", [(32, (3, 3)), (96, (7, 7))])

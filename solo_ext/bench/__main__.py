@@ -1,16 +1,20 @@
-"""``python -m solo_ext.bench``: loss kernels and training steps against their references.
+"""``python -m solo_ext.bench``: loss kernels, training steps and DALI training loaders against
+their references.
 
     python -m solo_ext.bench                      # everything, official kernel sizes
     python -m solo_ext.bench --what kernels --kernels dscl --json bench.json
+    python -m solo_ext.bench --what loaders --device cpu --loader-threads 2
     python -m solo_ext.bench --tiny               # seconds: checks the runner itself
 
 Prints one table (medians, ratios against each reference measured in the same run) and, with
-``--json``, writes the rows and the machine they ran on.
+``--json``, writes the rows and the machine they ran on. ``loaders`` (part of everything) needs
+NVIDIA DALI; without it, it prints one line and is skipped.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import platform
@@ -21,6 +25,7 @@ from typing import Any
 import torch
 
 from solo_ext.bench import kernels as K
+from solo_ext.bench.loaders import LoaderSizes
 from solo_ext.bench.timing import measure
 
 
@@ -77,14 +82,16 @@ def add_step_ratios(rows: list[dict]) -> None:
 def format_table(rows: list[dict]) -> str:
     lines = [
         "| kind | benchmark | shape | candidate | median ms | IQR ms | ratio | GFLOP (ratio) "
-        "| peak MiB |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| peak MiB | images/s |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         if r["kind"] == "kernel":
             ratio = (
                 f"{r['ratio_vs_floor']:.2f}x floor, {r['ratio_vs_straightforward']:.2f}x straightf."
             )
+        elif r["kind"] == "loader":  # images/s over the reference's: < 1 is slower
+            ratio = f"{r['ratio_vs_solo_learn']:.3f}x {r['reference']} images/s"
         else:
             ratio = f"{r['ratio_vs_reference']:.3f}x {r['reference']}"
         peak = "n/a" if r.get("peak_mib") is None else f"{r['peak_mib']:.0f}"
@@ -94,11 +101,39 @@ def format_table(rows: list[dict]) -> str:
             if "flops_ratio_vs_reference" in r:
                 flops += f" ({r['flops_ratio_vs_reference']:.3f}x)"
         iqr = f"{1000 * r['q1_s']:.1f}-{1000 * r['q3_s']:.1f}"
+        rate = "n/a" if r.get("images_per_s") is None else f"{r['images_per_s']:.0f}"
         lines.append(
             f"| {r['kind']} | {r['name']} | {r['shape']} | {r['candidate']} "
-            f"| {1000 * r['median_s']:.1f} | {iqr} | {ratio} | {flops} | {peak} |"
+            f"| {1000 * r['median_s']:.1f} | {iqr} | {ratio} | {flops} | {peak} | {rate} |"
         )
     return "\n".join(lines)
+
+
+def loader_rows(args: argparse.Namespace, device: torch.device) -> list[dict]:
+    """The DALI training loaders (solo-ext's sampled readers against solo-learn's file reader);
+    without DALI, one line and no rows."""
+    from solo_ext.data.dali import dali_installed
+
+    if not dali_installed():
+        print("loaders: skipped, NVIDIA DALI is not installed (pip install -e '.[dali]')")
+        return []
+    from solo_ext.bench.loaders import measure_loaders
+
+    sizes = dataclasses.replace(
+        LoaderSizes.tiny() if args.tiny else LoaderSizes(),
+        images=args.loader_images,
+        image_size=args.loader_image_size,
+        classes=args.loader_classes,
+        crop_size=args.loader_crop,
+    )
+    return measure_loaders(
+        sizes,
+        args.batch_size,
+        device.type,
+        args.loader_threads,
+        args.warmup,
+        args.rounds,
+    )
 
 
 def _at_least(low: int):
@@ -133,14 +168,22 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p = argparse.ArgumentParser(
         prog="python -m solo_ext.bench", description=__doc__.splitlines()[0]
     )
-    p.add_argument("--what", choices=["kernels", "steps", "all"], default="all")
+    p.add_argument("--what", choices=["kernels", "steps", "loaders", "all"], default="all")
     p.add_argument("--kernels", nargs="+", choices=sorted(K.KERNELS), default=sorted(K.KERNELS))
     p.add_argument("--sizes", choices=sorted(K.SIZES), default="official")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    p.add_argument("--warmup", type=_at_least(0), default=1, help="untimed calls / steps first")
+    p.add_argument(
+        "--warmup",
+        type=_at_least(0),
+        default=1,
+        help="untimed calls / steps / loader epochs first (loaders: at least one)",
+    )
     p.add_argument("--repeats", type=_at_least(1), default=5, help="timed rounds of each kernel")
     p.add_argument(
-        "--batch-size", type=_at_least(1), default=64, help="training-step batch per view"
+        "--batch-size",
+        type=_at_least(1),
+        default=64,
+        help="training-step batch per view; loader batch",
     )
     p.add_argument("--backbone", default="resnet18", help="training-step backbone")
     p.add_argument(
@@ -151,15 +194,38 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     )
     p.add_argument("--steps", type=_at_least(1), default=3, help="timed steps per fit")
     p.add_argument(
-        "--rounds", type=_at_least(1), default=3, help="fits of each method, interleaved"
+        "--rounds",
+        type=_at_least(1),
+        default=3,
+        help="fits of each method / epochs of each loader, interleaved",
     )
     p.add_argument("--pairs", nargs="+", help="only these methods' step pairs (e.g. dscl)")
+    p.add_argument("--loader-images", type=_at_least(1), default=1024, help="loader: images")
+    p.add_argument(
+        "--loader-image-size", type=_at_least(8), default=256, help="loader: JPEG side (px)"
+    )
+    p.add_argument("--loader-classes", type=_at_least(1), default=8, help="loader: classes")
+    p.add_argument("--loader-crop", type=_at_least(1), default=224, help="loader: crop (px)")
+    p.add_argument(
+        "--loader-threads",
+        type=_at_least(1),
+        help="loader: DALI threads of every pipeline (default 2 on cpu, 4 on cuda)",
+    )
     p.add_argument("--tiny", action="store_true", help="tiny sizes, one round: seconds")
     p.add_argument("--json", type=Path, help="also write the rows and the machine here")
     args = p.parse_args(argv)
     if args.tiny:
         args.sizes, args.repeats, args.warmup = "tiny", 1, 0
         args.batch_size, args.steps, args.rounds = 4, 1, 1
+        tiny = LoaderSizes.tiny()
+        args.loader_images, args.loader_image_size = tiny.images, tiny.image_size
+        args.loader_classes, args.loader_crop = tiny.classes, tiny.crop_size
+    if args.loader_threads is None:
+        args.loader_threads = 4 if args.device.startswith("cuda") else 2
+    if args.loader_images < args.loader_classes:
+        p.error(f"--loader-images {args.loader_images}: fewer than --loader-classes")
+    if args.what in ("loaders", "all") and args.batch_size > args.loader_images:
+        p.error(f"--batch-size {args.batch_size}: above --loader-images {args.loader_images}")
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
         p.error(f"--device={args.device}: no CUDA device here")
@@ -185,6 +251,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         )
         add_step_ratios(step_rows)
         rows += step_rows
+    if args.what in ("loaders", "all"):
+        rows += loader_rows(args, device)
     result = {"machine": machine(device), "args": {k: str(v) for k, v in vars(args).items()}}
     result["rows"] = rows
     print(f"machine: {json.dumps(result['machine'])}")
