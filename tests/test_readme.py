@@ -16,7 +16,7 @@ def _blocks() -> list[list[str]]:
 
 def test_two_setup_commands_run_by_ci():
     setup = _blocks()[0]
-    assert setup == ['pip install -e ".[test]"', "pytest"]
+    assert setup == ['pip install -e ".[test,dali]"', "pytest"]
     ci = (ROOT / ".ci" / "run").read_text().splitlines()
     for command in setup:
         assert command in ci, f".ci/run does not run the README's {command!r}"
