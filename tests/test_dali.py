@@ -311,6 +311,25 @@ def test_split_file_dataset_by_name_reads_its_files(tmp_path):
         torch.testing.assert_close(torch.cat(crops)[row], chw(pixels[i]))
 
 
+def test_custom_lt_by_name_reads_the_kept_files(tmp_path):
+    from solo_ext.data.datasets import build_dataset, fill_data_cfg
+
+    pixels = image_folder(tmp_path, [6, 6, 6])
+    cfg = OmegaConf.create(
+        {"data": {"dataset": "custom_lt", "train_path": str(tmp_path), "format": "dali",
+                  "num_classes": 3, "imbalance_factor": 6}}
+    )  # fmt: skip
+    fill_data_cfg(cfg)
+    train = build_dataset(cfg.data, "train", None)
+    assert train.class_counts == [6, 2, 1]
+    dl = loader(train, sampler_of("sqrt", train.targets), batch_size=3)
+    assert dl.reader.encoded
+    indexes, labels, crops = read_epoch(dl, 0)
+    assert labels == [train.targets[i] for i in indexes]
+    for row, i in enumerate(indexes):  # the kept item's own file
+        torch.testing.assert_close(torch.cat(crops)[row], chw(pixels[train.indices[i]]))
+
+
 # --- both commands, end to end ---------------------------------------------------------------
 
 
@@ -354,6 +373,35 @@ def test_every_method_trains_from_the_dali_loader(method, tmp_path, capsys, capl
     said = said.out + said.err if "no patches" in said.out + said.err else caplog.text
     device_patches = "pbsd: the loader gave no patches (a DALI loader)"
     assert said.count(device_patches) == (method == "pbsd")
+
+
+def test_a_resumed_run_reads_the_order_of_its_epoch(tmp_path, monkeypatch):
+    """Stopped after epoch 0 and resumed: the loader gives epoch 1's order of the sampler (the
+    epoch Lightning restores), not epoch 0's again."""
+    from solo_ext.pretrain import run
+
+    read: list[tuple[int, list[int]]] = []
+    iterate = DALILoader.__iter__
+
+    def spied(self):
+        for batch in iterate(self):
+            read.append((self.sampler.epoch, batch[0].tolist()))
+            yield batch
+
+    monkeypatch.setattr(DALILoader, "__iter__", spied)
+    first = run(dali_cfg("scl", tmp_path / "a", max_epochs=1))
+    (ckpt,) = Path(first["run_dir"]).glob("*.ckpt")
+    read.clear()
+    run(dali_cfg("scl", tmp_path / "b", max_epochs=2, resume_from_checkpoint=str(ckpt)))
+    from solo_ext.data.datasets import build_dataset
+
+    cfg = first["model"].cfg
+    targets = build_dataset(cfg.data, "train", None).targets
+    s = build_sampler("class_balanced", targets, seed=cfg.seed, num_replicas=1, rank=0)
+    s.set_epoch(1)
+    want = list(s)[: len(read) * 8]
+    assert {epoch for epoch, _ in read} == {1}
+    assert [i for _, batch in read for i in batch] == want
 
 
 def test_dali_on_gpu_without_cuda_stops_in_one_line(tmp_path, monkeypatch):

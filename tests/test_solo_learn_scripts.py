@@ -388,8 +388,14 @@ def test_gpu_config_starts_on_cpu(name, tmp_path):
     assert list(run_dir.glob("*.ckpt"))
 
 
-def test_cifar100_lt_by_name_in_main_pretrain(tmp_path):
+@pytest.mark.parametrize("data_format", ["image_folder", "dali"])
+def test_cifar100_lt_by_name_in_main_pretrain(data_format, tmp_path):
+    """cifar100_lt by name, read by torchvision's loader or by solo-learn's DALI loader (the
+    arrays as decoded pixels), with the long tail's online kNN either way."""
     from solo_ext.data.longtail import lt_counts
+
+    if data_format == "dali":
+        needs_dali()
 
     fake_cifar(tmp_path / "data", "cifar100", lt_counts(500, 100, 100))
     args = [
@@ -403,6 +409,7 @@ def test_cifar100_lt_by_name_in_main_pretrain(tmp_path):
         "max_epochs=1",
         "optimizer.batch_size=16",
         "+limit_train_batches=2",  # the whole validation split still runs (solo-learn's kNN)
+        *(DALI_CPU if data_format == "dali" else []),
     ]
     ok(solo("main_pretrain.py", args, tmp_path, SOLO_EXT_TEST_CIFAR_UNCHECKED="1"))
     (run_dir,) = (tmp_path / "trained_models" / "pbsd").iterdir()
