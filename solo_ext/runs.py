@@ -17,6 +17,8 @@ from solo_ext.data.datasets import DATA_KEYS, fill_data_cfg
 from solo_ext.host import build_backbone
 from solo_ext.run_backbone import merge_run_backbone
 
+_PATHS = ("train_path", "val_path")
+
 
 def load_run(
     run_dir: str | Path, ckpt_path: str | Path | None = None
@@ -53,7 +55,8 @@ def load_run(
 def load_for_eval(cfg: DictConfig) -> tuple[nn.Module, DictConfig, Path]:
     """The backbone and pretraining config of ``cfg.pretrained_checkpoint_dir`` (a run
     directory) or ``cfg.pretrained_feature_extractor`` (a checkpoint file, solo-learn's key),
-    with ``cfg.data`` merged over the run's data config; returns the output directory too."""
+    with ``cfg.data`` merged over the run's data config (a null ``train_path`` / ``val_path``
+    keeps the run's); returns the output directory too."""
     check_given(cfg, DATA_KEYS)  # the data keys given here: checked before the run is read
     run_dir = OmegaConf.select(cfg, "pretrained_checkpoint_dir", default=None)
     ckpt = OmegaConf.select(cfg, "pretrained_feature_extractor", default=None)
@@ -76,6 +79,8 @@ def load_for_eval(cfg: DictConfig) -> tuple[nn.Module, DictConfig, Path]:
     # the backbone is the run's; backbone.name and backbone.kwargs given here must agree with it
     merge_run_backbone(cfg, pre_cfg.get("backbone") or {}, ckpt_path)
     overrides = OmegaConf.select(cfg, "data", default=None) or {}
+    # a path left null (the kNN configs' placeholders, there for plain overrides) is the run's
+    overrides = {k: v for k, v in overrides.items() if v is not None or k not in _PATHS}
     pre_cfg.data = OmegaConf.merge(pre_cfg.data, overrides)
     OmegaConf.set_struct(pre_cfg, False)
     fill_data_cfg(pre_cfg)

@@ -89,7 +89,7 @@ def test_a_two_process_dali_run_finishes_reading_disjoint_shares(tmp_path):
     spy.mkdir()
     shim = str(Path(__file__).parent / "solo_shim")
     path = os.pathsep.join(filter(None, [shim, os.environ.get("PYTHONPATH")]))
-    dali = ["data.format=dali", "+dali.device=cpu", "+data.sampler.name=class_balanced"]
+    dali = ["data.format=dali", "dali.device=cpu", "+data.sampler.name=class_balanced"]
     proc = pretrain_two_processes(
         "dscl", tmp_path, *dali, PYTHONPATH=path, SOLO_EXT_TEST_SPY=str(spy)
     )

@@ -44,8 +44,8 @@ def image_folder(tmp_path_factory) -> list[str]:
     fake_images(root, [f"val/c{c}/{i}.png" for c in range(CLASSES) for i in range(2)], size=32)
     return [
         "data.dataset=custom",
-        f"+data.train_path={root / 'train'}",
-        f"+data.val_path={root / 'val'}",
+        f"data.train_path={root / 'train'}",
+        f"data.val_path={root / 'val'}",
     ]
 
 

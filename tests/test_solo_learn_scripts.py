@@ -148,7 +148,7 @@ def test_sampler_under_ddp_shards_by_rank(data_format, tmp_path):
         *SMALL,
         "optimizer.batch_size=4",
         "+data.sampler.name=sqrt",
-        *(["data.format=dali", "+dali.device=cpu"] if data_format == "dali" else []),
+        *(["data.format=dali", "dali.device=cpu"] if data_format == "dali" else []),
     ]
     ok(solo("main_pretrain.py", args, tmp_path, SOLO_EXT_TEST_SPY=str(spy)))
     labels = synthetic_labels()
@@ -159,7 +159,9 @@ def test_sampler_under_ddp_shards_by_rank(data_format, tmp_path):
 
 # --- DALI: the samplers drive solo-learn's DALI loaders --------------------------------------
 
-DALI_CPU = ["data.format=dali", "+dali.device=cpu"]  # DALI's CPU operators: no GPU needed
+DALI_CPU = ["data.format=dali", "dali.device=cpu"]  # DALI's CPU operators: no GPU needed
+# (the linear configs, as solo-learn's, have no dali section)
+LINEAR_DALI_CPU = ["data.format=dali", "+dali.device=cpu"]
 
 
 def needs_dali() -> None:
@@ -185,7 +187,7 @@ def test_sampler_drives_solo_learns_dali_loader(sampler, tmp_path):
 
 def test_main_linear_with_dali_draws_with_the_linear_configs_sampler(pretrained, tmp_path):
     needs_dali()
-    proc = linear_with_sampler_spied(pretrained, tmp_path, *DALI_CPU)
+    proc = linear_with_sampler_spied(pretrained, tmp_path, *LINEAR_DALI_CPU)
     assert "DALI reads the training images in the 'class_balanced' sampler's order" in proc.stdout
 
 
@@ -205,8 +207,8 @@ def test_custom_image_folder_with_a_sampler_through_dali(tmp_path):
         *CPU,
         *DALI_CPU,
         "data.dataset=custom",
-        f"+data.train_path={tmp_path / 'data' / 'train'}",
-        f"+data.val_path={tmp_path / 'data' / 'val'}",  # (solo-learn's DALI run needs one)
+        f"data.train_path={tmp_path / 'data' / 'train'}",
+        f"data.val_path={tmp_path / 'data' / 'val'}",  # (solo-learn's DALI run needs one)
         "data.num_classes=3",
         "max_epochs=1",
         "optimizer.batch_size=4",
@@ -436,8 +438,8 @@ def test_made_lt_folder_as_custom_reads_its_counts_json(tmp_path):
         *CPU,
         *SMALL,
         "data.dataset=custom",
-        f"+data.train_path={out / 'train'}",
-        f"+data.val_path={out / 'val'}",
+        f"data.train_path={out / 'train'}",
+        f"data.val_path={out / 'val'}",
     ]
     ok(solo("main_pretrain.py", args, tmp_path))
     (run_dir,) = (tmp_path / "trained_models" / "dscl").iterdir()
@@ -503,7 +505,7 @@ BAD = {
         "data.sampler.powr=0.3",
     ),
     # (solo-learn's default DALI device; this machine has no GPU)
-    "dali on a gpu": (["data.format=dali", "+dali.device=gpu"], "dali.device='gpu': no CUDA"),
+    "dali on a gpu": (["data.format=dali", "dali.device=gpu"], "dali.device='gpu': no CUDA"),
     "imbalance factor": (["data.imbalance_factor=0.5"], "data.imbalance_factor=0.5"),
     # solo-learn itself checks a method's keys only when it builds the model
     "method key": (["method_kwargs.temperature=-1"], "method_kwargs.temperature=-1: must be"),
@@ -697,7 +699,7 @@ def test_a_config_of_solo_learn_alone_runs_when_the_bridge_cannot(tmp_path):
 def test_a_solo_ext_method_crops_as_published_in_main_pretrain(tmp_path):
     """main_pretrain.py builds a solo-ext method's views with solo-ext's pipeline (bilinear, as
     published; solo-learn's own is bicubic), and rrc.interpolation reaches it."""
-    base = ["--config-name", "synthetic-lt/dscl", *CPU, *SMALL, "+debug_augmentations=True"]
+    base = ["--config-name", "synthetic-lt/dscl", *CPU, *SMALL, "debug_augmentations=True"]
     proc = ok(solo("main_pretrain.py", base, tmp_path))
     assert "RandomResizedCrop(size=(32, 32)" in proc.stdout
     assert "interpolation=bilinear" in proc.stdout and "bicubic" not in proc.stdout
