@@ -13,6 +13,8 @@ SOLO_EXT_METHODS: dict[str, str] = {
     "pbsd": "solo_ext.methods.pbsd:PBSD",
     "densecl": "solo_ext.methods.densecl:DenseCL",
     "all4one_ct": "solo_ext.methods.all4one:All4OneCT",
+    "kcl": "solo_ext.methods.kcl:KCL",
+    "tsc": "solo_ext.methods.kcl:TSC",
 }
 
 

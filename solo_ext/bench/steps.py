@@ -33,6 +33,10 @@ PAIRS: list[tuple[tuple[str, str, dict], tuple[str, str, dict]]] = [
     # pbsd's published pipeline: the loader makes the patches (here: ready in memory)
     (("pbsd", "pbsd", {"num_boxes": 5}), ("dscl", "dscl", {})),
     (("densecl", "densecl", {"warmup_steps": 0}), ("densecl lambda=0", "densecl", {"lambda": 0.0})),
+    # the long-tail peers against scl (same encoders, queue and step; only the loss differs)
+    (("kcl", "kcl", {}), ("scl", "scl", {})),
+    # tsc past its KCL epochs: the targets in the contrast set, centroids and matching per step
+    (("tsc", "tsc", {"kcl_epochs": 0, "target_steps": 100}), ("scl", "scl", {})),
 ]
 ALL4ONE_KWARGS = {
     "temperature": 0.2,
