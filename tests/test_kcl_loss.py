@@ -18,7 +18,6 @@ import torch
 import torch.nn.functional as F
 
 from solo_ext.losses.kcl import (
-    _hungarian_min,
     kcl_loss,
     kcl_positives,
     kcl_soft_target,
@@ -409,22 +408,6 @@ def test_assignment_is_an_optimal_permutation(n, m):
         assert len(set(cols.tolist())) == n and all(0 <= c < m for c in cols.tolist())
         sim = (centroids @ targets.T).numpy()
         assert sim[np.arange(n), cols.numpy()].sum() == pytest.approx(_brute_force_best(sim))
-
-
-def test_hungarian_fallback_is_optimal_with_ties_and_matches_scipy():
-    rng = np.random.default_rng(0)
-    for n, m in [(5, 5), (6, 6), (3, 6), (6, 7)]:
-        for ints in (False, True):  # integer costs have ties
-            cost = rng.integers(0, 3, (n, m)).astype(float) if ints else rng.normal(size=(n, m))
-            cols = _hungarian_min(cost)
-            assert len(set(cols.tolist())) == n
-            assert cost[np.arange(n), cols].sum() == pytest.approx(-_brute_force_best(-cost))
-    try:
-        from scipy.optimize import linear_sum_assignment
-    except ImportError:
-        return
-    cost = rng.normal(size=(60, 60))
-    assert np.array_equal(_hungarian_min(cost), linear_sum_assignment(cost)[1])
 
 
 def official_targets(n, m, n_iter, gen, lr=1e-3, t=0.07):
