@@ -27,6 +27,16 @@ PROTOCOL_OPTIONS: dict[str, tuple[str, ...]] = {
     "pbsd": ("symmetric", "queue_start", "batch_gather", "patch_source"),
     "densecl": ("symmetric", "queue_start", "warmup_steps", "projector_init"),
     "all4one_ct": ("feature_gather",),
+    "kcl": ("symmetric", "queue_start", "batch_gather", "k_pos"),
+    "tsc": (
+        "symmetric",
+        "queue_start",
+        "batch_gather",
+        "num_positive",
+        "separate_target",
+        "target_weight",
+        "target_repeat",
+    ),  # fmt: skip
 }
 # what a run made before an option existed ran with, where that was not the published protocol
 # (args.json holds every declared key, so a missing one dates the run); other missing keys are
