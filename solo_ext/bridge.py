@@ -129,7 +129,7 @@ def _check_solo_ext_keys(cfg: Any, module: ModuleType) -> dict[str, Any] | None:
         from solo_ext.data.dali import check_dali, dali_device
 
         check_dali(cfg)
-        dali_device(cfg)  # gpu (solo-learn's default) needs one
+        dali_device(OmegaConf.select(cfg, "dali.device", default="gpu"))  # solo-learn's default
         name = "instance" if sampler is None else sampler["name"]
         _announce(
             f"data.format=dali: DALI reads the training images in the {name!r} sampler's order"
@@ -479,7 +479,6 @@ def _dali_train_loader(datamodule: Any, transforms: Any, kind: str) -> Any:
     """solo-ext's sampled DALI loader for a solo-learn DALI data module: the run's training set
     (a solo-ext dataset, or the class folders solo-learn's reader lists), the run's sampler
     (``instance`` when none: a seeded uniform order), solo-learn's decode-and-augment graph."""
-    from omegaconf import OmegaConf
     from torchvision.datasets import ImageFolder
 
     from solo_ext.data.dali import dali_loader
@@ -494,15 +493,16 @@ def _dali_train_loader(datamodule: Any, transforms: Any, kind: str) -> Any:
         train_set = ImageFolder(str(data.train_path))
     args = dict(RUN.sampler or {"name": "instance", "seed": RUN.cfg.get("seed", 5)})
     sampler = build_sampler(args.pop("name"), targets_of(train_set), **args)
-    cfg = OmegaConf.create(
-        {
-            "data": {"dataset": data.dataset, "num_workers": datamodule.num_workers},
-            "optimizer": {"batch_size": datamodule.batch_size},
-            "dali": {"device": datamodule.dali_device},
-            "seed": RUN.cfg.get("seed", 5),
-        }
+    return dali_loader(
+        train_set,
+        sampler,
+        transforms,
+        kind=kind,
+        batch_size=datamodule.batch_size,
+        device=datamodule.dali_device,  # (checked by parse_cfg)
+        num_workers=datamodule.num_workers,
+        seed=RUN.cfg.get("seed", 5),
     )
-    return dali_loader(cfg, train_set, sampler, transforms, kind=kind)
 
 
 def _linear_dali_augmentation(dataset: str) -> Any:

@@ -127,22 +127,22 @@ def _dali_loader(
 ) -> Any:
     """The stage's DALI loader (``data.format=dali``): the configured sampler's order (a seeded
     uniform one when none), the stage's crops as a DALI graph, on ``dali.device``."""
-    from solo_ext.data.dali import DALIAugmentation, dali_loader
+    from solo_ext.data.dali import DALIAugmentation, dali_device, dali_loader
 
     args = {"seed": cfg.seed, **(sampler_args or {"name": "instance"})}
     sampler = build_sampler(args.pop("name"), targets_of(train_set), **args)
     dataset = pre_cfg.data.dataset
     entry = train_augmentation_entry(dataset, cfg.train_augmentation)
-    run = OmegaConf.create(
-        {
-            "data": {"dataset": dataset, "num_workers": select(pre_cfg, "data.num_workers", 4)},
-            "optimizer": {"batch_size": cfg.optimizer.batch_size},
-            "dali": {"device": select(cfg, "dali.device") or select(pre_cfg, "dali.device", "gpu")},
-            "seed": cfg.seed,
-        }
-    )
+    device = select(cfg, "dali.device") or select(pre_cfg, "dali.device", "gpu")
     return dali_loader(
-        run, train_set, sampler, DALIAugmentation(dataset, entry), kind="classification"
+        train_set,
+        sampler,
+        DALIAugmentation(dataset, entry),
+        kind="classification",
+        batch_size=cfg.optimizer.batch_size,
+        device=dali_device(device),
+        num_workers=select(pre_cfg, "data.num_workers", 4),
+        seed=cfg.seed,
     )
 
 

@@ -36,7 +36,7 @@ from solo_ext.config import (
     require,
     world_size,
 )
-from solo_ext.data.dali import dali_crops, dali_loader
+from solo_ext.data.dali import dali_crops, dali_device, dali_loader
 from solo_ext.data.datasets import (
     IndexedNCrop,
     build_dataset,
@@ -298,7 +298,16 @@ def build_loaders(cfg: DictConfig) -> tuple[DataLoader, DataLoader | None]:
     sampler_args.setdefault("seed", cfg.seed)
     sampler = build_sampler(sampler_args.pop("name", "instance"), train_set.targets, **sampler_args)
     if dali:  # the same sampler drives DALI's reader; solo-ext's DALI graph of the crops
-        train_loader: Any = dali_loader(cfg, train_set, sampler, transform, kind="pretrain")
+        train_loader: Any = dali_loader(
+            train_set,
+            sampler,
+            transform,
+            kind="pretrain",
+            batch_size=cfg.optimizer.batch_size,
+            device=dali_device(omegaconf_select(cfg, "dali.device", "gpu")),
+            num_workers=workers,
+            seed=cfg.seed,
+        )
     else:
         train_loader = DataLoader(
             train,

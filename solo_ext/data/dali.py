@@ -64,9 +64,8 @@ def check_dali(cfg: DictConfig) -> None:
         raise ConfigError(f"dali.device={device!r}: not one of ['cpu', 'gpu']")
 
 
-def dali_device(cfg: DictConfig) -> str:
+def dali_device(device: str) -> str:
     """``dali.device`` of a run that trains with DALI: ``gpu`` needs a CUDA device."""
-    device = select(cfg, "dali.device", "gpu")
     if device == "gpu" and not torch.cuda.is_available():
         raise ConfigError(
             "dali.device='gpu': no CUDA device here; set dali.device=cpu (DALI's CPU operators)"
@@ -436,33 +435,36 @@ class DALILoader:
 
 
 def dali_loader(
-    cfg: DictConfig,
     train_set: Any,
     sampler: LongTailSampler,
     transforms: Callable[[Any], Any],
     *,
     kind: str,
+    batch_size: int,
+    device: str,
+    num_workers: int,
+    seed: int,
 ) -> DALILoader:
-    """The run's DALI training loader: ``train_set`` (built without a transform) read in the
+    """A run's DALI training loader: ``train_set`` (built without a transform) read in the
     order of ``sampler`` (rank and world from ``torch.distributed`` once it is up), through
-    ``transforms``, on ``dali.device`` (the process's GPU), seeded with ``seed + rank``."""
+    ``transforms``, on ``device`` (``gpu``: the process's GPU; check it with
+    :func:`dali_device`), ``max(1, num_workers)`` DALI threads, seeded with ``seed + rank``."""
     from solo_ext.data.datasets import targets_of
 
-    device = dali_device(cfg)
     local_rank = int(os.environ.get("LOCAL_RANK", 0))
     rank = int(os.environ.get("RANK", local_rank))
     labels = targets_of(train_set)
     if labels is None:
-        raise ConfigError(f"data.dataset={cfg.data.dataset!r}: no labels to sample by")
+        raise ConfigError(f"{type(train_set).__name__}: no labels to sample by")
     return DALILoader(
         train_set,
         labels,
         sampler,
         transforms,
         kind=kind,
-        batch_size=int(cfg.optimizer.batch_size),
+        batch_size=int(batch_size),
         device=device,
         device_id=local_rank,
-        num_threads=max(1, int(select(cfg, "data.num_workers", 4))),
-        seed=int(select(cfg, "seed", 5)) + rank,
+        num_threads=max(1, int(num_workers)),
+        seed=int(seed) + rank,
     )
