@@ -189,10 +189,10 @@ def _blur(images: Any, aug: DictConfig, size: int) -> Any:
     as PIL's radius); torchvision's kind: its window of 10 % of the side."""
     import nvidia.dali.fn as fn
 
-    from solo_ext.data.transforms import BLUR_SIGMA, _choice
+    from solo_ext.data.transforms import BLUR_SIGMA, _checked
 
     sigma = fn.random.uniform(range=list(BLUR_SIGMA))
-    if _choice(aug, "gaussian_blur.kind") == "pil":
+    if _checked(aug, "gaussian_blur.kind") == "pil":
         return fn.gaussian_blur(images, sigma=sigma)
     kernel = max(3, int(0.1 * size) // 2 * 2 + 1)
     return fn.gaussian_blur(images, sigma=sigma, window_size=kernel)
@@ -207,14 +207,25 @@ def _solarize(images: Any) -> Any:
     return fn.cast(mask * inverted + (mask ^ True) * images, dtype=types.UINT8)
 
 
+# the torchvision pipeline's keys the DALI graph does not reproduce: (key, its off value, what
+# it turns on); an entry that turns one on is refused in one line
+_NOT_IN_DALI = (
+    ("rand_augment.n", 0, "RandAugment"),
+    ("auto_augment.policy", None, "AutoAugment"),
+    ("cutout.length", 0, "Cutout"),
+    ("random_crop.padding", None, "padded random crop"),
+)
+
+
 class DALIAugmentation:
     """One ``augmentations`` entry as a DALI graph (called inside a pipeline definition, with
     conditionals on): the torchvision pipeline's operations in its order (crop, jitter,
-    grayscale, blur, solarization, flip, normalisation)."""
+    grayscale, blur, solarization, flip, normalisation). Equalization, RandAugment,
+    AutoAugment, Cutout and the padded random crop are refused in one line."""
 
     def __init__(self, dataset: str, aug: DictConfig):
         from solo_ext.data.transforms import (
-            _choice,
+            _checked,
             _get,
             crop_scale,
             flip_prob,
@@ -226,10 +237,16 @@ class DALIAugmentation:
                 f"augmentations.equalization.prob={_get(aug, 'equalization.prob')}: DALI has "
                 "no random equalization; use data.format=image_folder"
             )
+        for key, off, what in _NOT_IN_DALI:
+            if _get(aug, key) != off:
+                raise ConfigError(
+                    f"augmentations.{key}={_get(aug, key)!r}: solo-ext's DALI graph has no "
+                    f"{what}; use data.format=image_folder"
+                )
         self.aug, self.size = aug, int(aug.crop_size)
         self.rrc = bool(_get(aug, "rrc.enabled"))
         self.scale = crop_scale(aug)
-        self.interpolation = _choice(aug, "rrc.interpolation")
+        self.interpolation = _checked(aug, "rrc.interpolation")
         self.jitter_p = float(_get(aug, "color_jitter.prob"))
         self.gray_p = float(_get(aug, "grayscale.prob"))
         self.blur_p = float(select(aug, "gaussian_blur.prob", _get(aug, "gaussian_prob")))
