@@ -429,6 +429,12 @@ def run(cfg: DictConfig) -> dict[str, Any]:
 
         out_dir = run_dir if cfg.checkpoint.enabled else None
         result["knn"] = evaluate_model(model.backbone, cfg, k=cfg.knn_eval.k, out_dir=out_dir)
+    if getattr(model, "JOINT_HEAD", False) and trainer.is_global_zero:
+        # a one-stage method's reported classifier: its head, on the val split
+        from solo_ext.eval.head import evaluate_head
+
+        out_dir = run_dir if cfg.checkpoint.enabled else None
+        result["head"] = evaluate_head(model, cfg, out_dir=out_dir)
     return result
 
 

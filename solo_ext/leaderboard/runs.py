@@ -3,6 +3,9 @@ kNN evaluations of each, read from files only (no checkpoint is loaded).
 
 Where a result comes from, first found first:
 
+- a one-stage method's (PaCo, GPaCo, BCL) reported classifier, its head trained with the loss,
+  in the linear column: ``metrics.json``'s ``head_*`` (the end of ``solo-ext-pretrain``), else
+  the last ``val_head_acc1`` of its CSV log (solo-learn's ``main_pretrain.py``);
 - linear top-1 (and Many / Medium / Few): ``metrics.json``'s ``linear_*`` (``solo-ext-linear``),
   else the last validation row of a ``main_linear.py`` run whose ``pretrained_feature_extractor``
   is a checkpoint of the run, else the run's own online classifier (``val_acc1`` in its CSV log);
@@ -36,7 +39,9 @@ class Eval:
 
     acc1: float | None
     groups: dict[str, float | None]
-    kind: str  # "offline" (a probe or kNN of the final backbone) or "online" (during training)
+    # "offline" (a probe or kNN of the final backbone), "online" (during training) or "head" (a
+    # one-stage method's head, trained with its loss: its reported classifier)
+    kind: str
     origin: str  # the file or run it was read from
     note: str = ""  # its settings (epochs, sampler, k)
     stage: dict[str, str] = field(default_factory=dict)  # a linear evaluation's stage keys
@@ -196,6 +201,8 @@ def _from_metrics(metrics: dict[str, Any], prefix: str, origin: str) -> Eval | N
     if acc1 is None:
         return None
     groups = {g: _float(metrics.get(f"{prefix}acc1_{g}")) for g in GROUPS}
+    if prefix == "head_":
+        return Eval(acc1, groups, "head", origin, "the head trained with the loss")
     if prefix == "linear_":
         parts = [f"{metrics['linear_epochs']} ep" if "linear_epochs" in metrics else ""]
         parts.append(str(metrics.get("linear_sampler") or ""))
@@ -228,13 +235,18 @@ def read_run(run_dir: Path, args: dict[str, Any], search: list[Path]) -> Run:
     origin = shown(metrics_path)
     linear = _from_metrics(metrics, "linear_", origin)
     knn = _from_metrics(metrics, "knn_", origin)
+    head = _from_metrics(metrics, "head_", origin)
     log = csv_logs(run_dir, args, search)
     row = _last_val_row(log, ("val_acc1", "val_knn_acc1")) if log is not None else None
     if row is not None:
+        if head is None and _float(row.get("val_head_acc1")) is not None:
+            head = _from_row(row, "val_head_acc1", "head", shown(log))
         if linear is None and _float(row.get("val_acc1")) is not None:
             linear = _from_row(row, "val_acc1", "online", shown(log))
         if knn is None and _float(row.get("val_knn_acc1")) is not None:
             knn = _from_row(row, "val_knn_acc1", "online", shown(log))
+    if head is not None:  # a one-stage method: its head is its reported classifier
+        linear = head
     try:
         processes: int | None = world_size(args)
     except (ConfigError, TypeError, ValueError):

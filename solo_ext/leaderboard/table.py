@@ -146,7 +146,8 @@ def _num(value: float | None) -> str:
 
 
 def _acc(value: float | None, kind: str) -> str:
-    return _num(value) + (" (online)" if value is not None and kind == "online" else "")
+    shown = {"online": " (online)", "head": " (head)"}
+    return _num(value) + (shown.get(kind, "") if value is not None else "")
 
 
 def _cell(value: object) -> str:
@@ -186,7 +187,9 @@ def markdown(dataset: str, rows: list[Row]) -> str:
         "",
         "Published rows are the numbers as their source gives them (source column; `—`: not "
         "given there); measured rows are read from each run's `metrics.json` and CSV logs. "
-        f"Top-1 and Many / Medium / Few in %; `(online)`: measured during pretraining. {FLAG}: "
+        "Top-1 and Many / Medium / Few in %; `(online)`: measured during pretraining; `(head)`: "
+        "the classifier trained jointly with the loss of a one-stage method (PaCo, GPaCo, BCL), "
+        f"which is what their papers report, in place of a linear classifier. {FLAG}: "
         "the run sets protocol options to other than the published protocol (its method's "
         "defaults), or its epochs or backbone differ from the published row it is compared with.",
     ]

@@ -18,6 +18,7 @@ from omegaconf import DictConfig
 from solo_ext.config import ConfigError, Option, check_options, fill_options, world_size
 from solo_ext.data.facts import FEW_THRESHOLD, MANY_THRESHOLD
 from solo_ext.eval.knn_classifier import LongTailKNN
+from solo_ext.eval.shot_accuracy import HeadAccuracy
 from solo_ext.host import (
     BaseMomentumMethod,
     build_backbone,
@@ -72,7 +73,103 @@ def long_tail_knn(cfg: DictConfig) -> LongTailKNN | None:
     )
 
 
-class MomentumQueueMethod(BaseMomentumMethod):
+class SoloExtMethod:
+    """What every solo-ext method adds to the host's base class (mixed in before it): the
+    check that stops a non-finite loss, and the online evaluations.
+
+    - The long-tail kNN (:func:`long_tail_knn`) in place of the host's kNN, fed with the large
+      crops' features (``record_train_features``).
+    - One-stage methods (``JOINT_HEAD``: PaCo, GPaCo, BCL, whose papers report the classifier
+      head trained with their loss) also log that head's validation top-1 / top-5 as
+      ``val_head_acc1`` / ``val_head_acc5`` and, on long-tailed data, its Many / Medium / Few
+      top-1 as ``val_head_acc1_<group>``; they define ``head_logits``.
+    """
+
+    JOINT_HEAD = False
+
+    def __init__(self, cfg: DictConfig):
+        super().__init__(cfg)
+        self.lt_knn = long_tail_knn(self.cfg)
+        if self.lt_knn is not None:
+            # one online kNN: the long-tail one logs val_knn_acc1 / acc5 (on the features the
+            # host's would take) with the split; two would log the same keys, which Lightning
+            # averages into a value of neither
+            self.knn_eval = False
+            del self.knn
+        self.head_accuracy = None
+        if self.JOINT_HEAD:
+            counts = omegaconf_select(self.cfg, "data.train_class_counts")
+            self.head_accuracy = HeadAccuracy(
+                self.num_classes,
+                list(counts) if counts else None,
+                omegaconf_select(self.cfg, "data.many_threshold", MANY_THRESHOLD),
+                omegaconf_select(self.cfg, "data.few_threshold", FEW_THRESHOLD),
+            )
+
+    def check_finite(self, terms: dict[str, torch.Tensor]) -> None:
+        """Stops the run when a loss term is NaN or infinite, naming it, before the backward
+        pass: no NaN reaches the weights, the queues or a checkpoint. One device sync.
+
+        Under distributed training every process stops at the same step (the decision is
+        reduced over them): one that stopped alone would leave the others waiting in the
+        gradient all-reduce."""
+        values = torch.stack([v.detach().float().reshape(()) for v in terms.values()])
+        finite = bool(torch.isfinite(values).all())
+        trainer = self._trainer  # (None: a step called outside a fit, as tests do)
+        if trainer is not None:
+            finite = trainer.strategy.reduce_boolean_decision(finite, all=True)
+        if not finite:
+            bad = ", ".join(
+                f"{name}={float(v):g}" for name, v in zip(terms, values) if not v.isfinite()
+            )
+            raise FloatingPointError(
+                f"non-finite loss at step {trainer.global_step if trainer else 0}: "
+                f"{bad or 'on another process'}; stopped before anything was written (lower "
+                "the lr, or use bf16 or 32-bit precision)"
+            )
+
+    def head_logits(self, feats: torch.Tensor) -> torch.Tensor:
+        """A one-stage method's class scores of the backbone's pooled features (its reported
+        classifier, as its paper evaluates it)."""
+        raise NotImplementedError
+
+    def record_train_features(self, out: dict[str, Any], batch: Sequence[Any]) -> None:
+        """Feeds the long-tail online kNN with the features of every large crop, as solo-learn's
+        online kNN takes them."""
+        if self.lt_knn is not None:
+            labels = batch[2].repeat(self.num_large_crops)
+            feats = torch.cat(out["feats"][: self.num_large_crops])
+            labelled = labels != -1
+            self.lt_knn.update(
+                train_features=feats[labelled].detach(), train_targets=labels[labelled]
+            )
+
+    def base_validation_step(self, X: torch.Tensor, targets: torch.Tensor) -> dict[str, Any]:
+        out = super().base_validation_step(X, targets)
+        if self._trainer is None or not self.trainer.sanity_checking:
+            if self.lt_knn is not None:
+                self.lt_knn.update(test_features=out["feats"], test_targets=targets)
+            if self.head_accuracy is not None:
+                logits = self.head_logits(out["feats"]).detach().float()
+                self.head_accuracy.update(logits, targets)
+        return out
+
+    def on_validation_epoch_end(self) -> None:
+        super().on_validation_epoch_end()
+        if self.trainer.sanity_checking:
+            if self.head_accuracy is not None:
+                self.head_accuracy.reset()
+            return
+        if self.lt_knn is not None:
+            # computed on the features of every process (the same on each), then emptied
+            self.log_dict(self.lt_knn.compute(), sync_dist=True)
+            self.lt_knn.reset()
+        if self.head_accuracy is not None:
+            self.log_dict(self.head_accuracy.compute())  # synced by the metric
+            self.head_accuracy.reset()
+
+
+class MomentumQueueMethod(SoloExtMethod, BaseMomentumMethod):
     """Projector + momentum projector (``z`` in the outputs) and a queue of keys."""
 
     METHOD_KWARGS: dict[str, Option] = {
@@ -90,13 +187,6 @@ class MomentumQueueMethod(BaseMomentumMethod):
         initialize_momentum_params(self.projector, self.momentum_projector)
         self.queue = self.build_queue(kw)
         self._pending: list[tuple[KeyQueue | LabeledQueue, tuple[torch.Tensor, ...]]] = []
-        self.lt_knn = long_tail_knn(cfg)
-        if self.lt_knn is not None:
-            # one online kNN: the long-tail one logs val_knn_acc1 / acc5 (on the features the
-            # host's would take) with the split; two would log the same keys, which Lightning
-            # averages into a value of neither
-            self.knn_eval = False
-            del self.knn
 
     def build_projector(self, kw: DictConfig) -> torch.nn.Module:
         """The projector (and, called again, its momentum copy): MoCo v2's 2-layer MLP."""
@@ -175,28 +265,6 @@ class MomentumQueueMethod(BaseMomentumMethod):
         out["z"] = F.normalize(self.momentum_projector(out["feats"]), dim=-1)
         return out
 
-    def check_finite(self, terms: dict[str, torch.Tensor]) -> None:
-        """Stops the run when a loss term is NaN or infinite, naming it, before the backward
-        pass: no NaN reaches the weights, the queues or a checkpoint. One device sync.
-
-        Under distributed training every process stops at the same step (the decision is
-        reduced over them): one that stopped alone would leave the others waiting in the
-        gradient all-reduce."""
-        values = torch.stack([v.detach().float().reshape(()) for v in terms.values()])
-        finite = bool(torch.isfinite(values).all())
-        trainer = self._trainer  # (None: a step called outside a fit, as tests do)
-        if trainer is not None:
-            finite = trainer.strategy.reduce_boolean_decision(finite, all=True)
-        if not finite:
-            bad = ", ".join(
-                f"{name}={float(v):g}" for name, v in zip(terms, values) if not v.isfinite()
-            )
-            raise FloatingPointError(
-                f"non-finite loss at step {trainer.global_step if trainer else 0}: "
-                f"{bad or 'on another process'}; stopped before anything was written (lower "
-                "the lr, or use bf16 or 32-bit precision)"
-            )
-
     def enqueue_after_step(self, queue: KeyQueue | LabeledQueue, *tensors: torch.Tensor) -> None:
         """``queue.enqueue(*tensors)`` (keys, labels, ...) in on_train_batch_end: queues are read
         by the backward pass."""
@@ -221,27 +289,3 @@ class MomentumQueueMethod(BaseMomentumMethod):
     def on_train_batch_end(self, outputs, batch, batch_idx: int) -> None:
         self.write_queues()
         super().on_train_batch_end(outputs, batch, batch_idx)
-
-    def record_train_features(self, out: dict[str, Any], batch: Sequence[Any]) -> None:
-        """Feeds the long-tail online kNN with the features of every large crop, as solo-learn's
-        online kNN takes them."""
-        if self.lt_knn is not None:
-            labels = batch[2].repeat(self.num_large_crops)
-            feats = torch.cat(out["feats"][: self.num_large_crops])
-            labelled = labels != -1
-            self.lt_knn.update(
-                train_features=feats[labelled].detach(), train_targets=labels[labelled]
-            )
-
-    def base_validation_step(self, X: torch.Tensor, targets: torch.Tensor) -> dict[str, Any]:
-        out = super().base_validation_step(X, targets)
-        if self.lt_knn is not None and not self.trainer.sanity_checking:
-            self.lt_knn.update(test_features=out["feats"], test_targets=targets)
-        return out
-
-    def on_validation_epoch_end(self) -> None:
-        super().on_validation_epoch_end()
-        if self.lt_knn is not None and not self.trainer.sanity_checking:
-            # computed on the features of every process (the same on each), then emptied
-            self.log_dict(self.lt_knn.compute(), sync_dist=True)
-            self.lt_knn.reset()
