@@ -15,6 +15,8 @@ SOLO_EXT_METHODS: dict[str, str] = {
     "all4one_ct": "solo_ext.methods.all4one:All4OneCT",
     "kcl": "solo_ext.methods.kcl:KCL",
     "tsc": "solo_ext.methods.kcl:TSC",
+    "paco": "solo_ext.methods.paco:PaCo",
+    "bcl": "solo_ext.methods.bcl:BCL",
 }
 
 

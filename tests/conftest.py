@@ -84,8 +84,12 @@ def tiny_cfg(method: str, tmp_path: Path | str, /, **overrides) -> DictConfig:
     )
     if method == "tsc":  # the targets of 4 classes spread in a few steps (10000 by default)
         cfg.method_kwargs.target_steps = 200
+    if method == "bcl":  # the classifier's crop and two contrastive views
+        cfg.augmentations[0].num_crops = 3
     for key, value in overrides.items():
         OmegaConf.update(cfg, key, value, force_add=True)
+    if method == "bcl":  # no queue (a queue size given to every method is not bcl's)
+        cfg.method_kwargs.pop("queue_size", None)
     return cfg
 
 

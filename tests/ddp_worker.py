@@ -219,7 +219,9 @@ def training_runs(out_dir: Path, rank: int) -> dict:
             for k, v in model.state_dict().items()
             if k.startswith(("queue", "dense_queue"))
         }
-        momentum = torch.cat([p.flatten() for p in model.momentum_backbone.parameters()])
+        # the momentum encoder (bcl has none: its trained backbone)
+        encoder = getattr(model, "momentum_backbone", model.backbone)
+        momentum = torch.cat([p.flatten() for p in encoder.parameters()])
         runs[name] = {
             "buffers": buffers,
             "momentum": momentum,

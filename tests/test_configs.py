@@ -70,7 +70,7 @@ def data_overrides(dataset: str, root: Path) -> list[str]:
 def test_every_dataset_config_has_a_short_name_and_solo_learns_keys():
     pretrain = configs("pretrain")
     methods = {Path(n).name for n in pretrain if "/" in n}
-    assert methods == set(SOLO_EXT_METHODS)
+    assert methods == set(SOLO_EXT_METHODS) | set(VARIANTS)
     assert methods <= set(pretrain)  # python main_pretrain.py --config-name <method>.yaml
     for kind in ("pretrain", "linear"):
         for path in (SCRIPTS / kind).glob("*/*.yaml"):
@@ -94,18 +94,23 @@ def test_augmentation_files_are_solo_exts_own():
         assert len(augs) == 1 and (path.parent / "augmentations" / augs[0]).is_file(), path
 
 
+# configs named after a variant of a method: gpaco is method paco with gpaco: true
+VARIANTS = {"gpaco": "paco"}
+
+
 @pytest.mark.parametrize("name", configs("pretrain"))
 def test_pretrain_config(name: str, tmp_path):
     dataset = compose_config("pretrain", name).data.dataset
     cfg = parse_cfg(compose_config("pretrain", name, data_overrides(dataset, tmp_path)))
-    assert cfg.method == Path(name).name
-    assert cfg.data.num_large_crops == 2
+    method = VARIANTS.get(Path(name).name, Path(name).name)
+    assert cfg.method == method
+    assert cfg.data.num_large_crops == (3 if method == "bcl" else 2)
     assert cfg.backbone.name in ("resnet18", "cifar_resnet32", "resnet50")
     assert len(cfg.augmentations) >= 1  # its own augmentation file, at the global package
 
 
 def test_short_names_are_the_dataset_configs():
-    for method in SOLO_EXT_METHODS:
+    for method in [*SOLO_EXT_METHODS, *VARIANTS]:
         folder = "cifar" if method in ("densecl", "all4one_ct") else "cifar100-lt"
         short = compose_config("pretrain", f"{method}.yaml")
         assert short == compose_config("pretrain", f"{folder}/{method}")

@@ -154,7 +154,8 @@ def test_online_knn_logs_shot_groups(method, make_cfg, monkeypatch):
     groups = {"many": [0], "medium": [1, 2], "few": [3]}
     train_x, train_y = (torch.cat(t) for t in zip(*fed["train"]))
     val_x, val_y = (torch.cat(t) for t in zip(*fed["val"]))
-    assert len(train_y) == 2 * 2 * cfg.optimizer.batch_size  # both large crops of 2 steps
+    # every large crop of 2 steps
+    assert len(train_y) == 2 * cfg.data.num_large_crops * cfg.optimizer.batch_size
     assert sorted(val_y.tolist()) == [c for c in range(4) for _ in range(4)]  # both val batches
     hits = weighted_knn_hits(train_x, train_y, val_x, val_y, k=3)
     # one online kNN: the overall accuracy is that of the same vote

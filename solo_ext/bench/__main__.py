@@ -154,7 +154,7 @@ def check_step_args(p: argparse.ArgumentParser, args: argparse.Namespace, device
     from solo_ext.bench.steps import pairs, step_cfg
     from solo_ext.config import ConfigError
 
-    known = [method for (_, method, _), _ in pairs()]
+    known = sorted({key for (name, method, _), _ in pairs() for key in (name, method)})
     for name in args.pairs or []:
         if name not in known:
             p.error(f"--pairs {name}: not one of {known}")

@@ -37,6 +37,11 @@ PAIRS: list[tuple[tuple[str, str, dict], tuple[str, str, dict]]] = [
     (("kcl", "kcl", {}), ("scl", "scl", {})),
     # tsc past its KCL epochs: the targets in the contrast set, centroids and matching per step
     (("tsc", "tsc", {"kcl_epochs": 0, "target_steps": 100}), ("scl", "scl", {})),
+    # the one-stage peers: PaCo's centres and head, GPaCo's second online pass, BCL's three
+    # crops in one pass with its prototypes (no queue)
+    (("paco", "paco", {}), ("scl", "scl", {})),
+    (("gpaco", "paco", {"gpaco": True}), ("scl", "scl", {})),
+    (("bcl", "bcl", {}), ("scl", "scl", {})),
 ]
 ALL4ONE_KWARGS = {
     "temperature": 0.2,
@@ -78,8 +83,10 @@ def step_cfg(
     batches are random tensors); above 64 px the backbone gets its ImageNet stem."""
     from solo_ext.pretrain import parse_cfg
 
-    aug = {"crop_size": crop_size, "num_crops": 2}
+    aug = {"crop_size": crop_size, "num_crops": 3 if method == "bcl" else 2}
     method_kwargs = {**(TINY_KWARGS if tiny else {}), **kwargs}
+    if method == "bcl":  # no queue
+        method_kwargs.pop("queue_size", None)
     if tiny and method.startswith("all4one"):
         method_kwargs.update(pred_hidden_dim=32, temperature=0.2)
     cfg = OmegaConf.create(
@@ -93,6 +100,8 @@ def step_cfg(
                 "dataset": "cifar10",
                 "train_path": ".",
                 "num_classes": 10,
+                # the long-tail priors' counts (a 224 px run's dataset is renamed below)
+                "train_class_counts": [1] * 10,
                 "download": True,
                 "num_workers": 0,
             },
@@ -139,14 +148,15 @@ class _StepClock(pl.Callback):
 
 
 def _batches(n: int, cfg: DictConfig) -> DataLoader:
-    """``n`` ready batches ``[indexes, [view 1, view 2], labels]`` (a loader without collation);
+    """``n`` ready batches ``[indexes, [view 1, view 2, ...], labels]`` (a loader without
+    collation);
     for a PBSD run whose loader makes the patches, the views end with its patches and boxes."""
     from solo_ext.modules.patches import sample_boxes
 
     batch_size, crop_size = cfg.optimizer.batch_size, cfg.augmentations[0].crop_size
     gen = torch.Generator().manual_seed(0)
     shape = (batch_size, 3, crop_size, crop_size)
-    views = [torch.randn(*shape, generator=gen) for _ in range(2)]
+    views = [torch.randn(*shape, generator=gen) for _ in range(cfg.data.num_large_crops)]
     method = METHODS[cfg.method]
     if getattr(method, "pretrain_transform", None) and method.pretrain_transform(cfg) is not None:
         boxes = cfg.method_kwargs.num_boxes
@@ -213,11 +223,11 @@ def measure_pairs(
     crop_size: int = 32,
 ) -> list[dict[str, Any]]:
     """Rows ``{name, candidate, reference, median_s, q1_s, q3_s, gflops, peak_mib, ...}`` for
-    every pair (or the pairs whose method is in ``only``)."""
+    every pair (or the pairs whose method or label is in ``only``)."""
     shape = dict(backbone=backbone, crop_size=crop_size)
     rows = []
     for (name, method, kwargs), (base_name, base_method, base_kwargs) in pairs():
-        if only and method not in only:
+        if only and method not in only and name not in only:
             continue
         cfgs = {
             name: step_cfg(method, kwargs, batch_size, device.type, tiny, **shape),

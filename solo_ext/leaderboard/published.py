@@ -16,7 +16,8 @@ COLUMNS = (
     "dataset", "method", "label", "config", "backbone", "epochs", "batch", "linear_eval",
     "linear_acc1", "knn_acc1", "many", "medium", "few", "protocol", "source",
 )  # fmt: skip
-LINEAR_EVALS = ("offline", "online", "")  # "": the source does not say
+# "head": a one-stage method's classifier trained with its loss; "": the source does not say
+LINEAR_EVALS = ("offline", "online", "head", "")
 
 # method -> its ``method_kwargs`` keys whose METHOD_KWARGS default is the published protocol
 # (README: "The published protocols, and the options that differ"); a run that sets one of them
@@ -37,6 +38,8 @@ PROTOCOL_OPTIONS: dict[str, tuple[str, ...]] = {
         "target_weight",
         "target_repeat",
     ),  # fmt: skip
+    "paco": ("queue_start", "log_prior"),
+    "bcl": ("batch_gather",),
 }
 # what a run made before an option existed ran with, where that was not the published protocol
 # (args.json holds every declared key, so a missing one dates the run); other missing keys are
