@@ -163,6 +163,20 @@ def _check_method_kwargs(cfg: Any) -> None:
         load(method).add_and_assert_specific_cfg(copy.deepcopy(cfg))
 
 
+def _solo_learn_crops(cfg: Any) -> None:
+    """main_pretrain.py takes two large crops only (wmse and mae aside): a solo-ext method with
+    more crops of the one size (bcl: its classifier's crop and two views) gives the split
+    solo-learn should count (``SOLO_LEARN_CROPS``: large, small); only its own step reads it."""
+    from omegaconf import OmegaConf
+
+    from solo_ext.registry import SOLO_EXT_METHODS, load
+
+    method = OmegaConf.select(cfg, "method", default=None)
+    crops = getattr(load(method), "SOLO_LEARN_CROPS", None) if method in SOLO_EXT_METHODS else None
+    if crops is not None:
+        cfg.data.num_large_crops, cfg.data.num_small_crops = crops
+
+
 def _wrap_parse_cfg(module: ModuleType) -> None:
     original = module.parse_cfg
     for name in SOLO_EXT_ONLY:
@@ -185,6 +199,7 @@ def _wrap_parse_cfg(module: ModuleType) -> None:
             cfg.data.format = "dali"
         if module.__name__.endswith("pretrain"):
             _check_method_kwargs(cfg)
+            _solo_learn_crops(cfg)
         fill_stem_option(cfg)
         if cfg.data.get("train_class_counts") is None:
             counts = long_tail_counts(cfg.data)

@@ -133,12 +133,15 @@ class SoloExtMethod:
         classifier, as its paper evaluates it)."""
         raise NotImplementedError
 
-    def record_train_features(self, out: dict[str, Any], batch: Sequence[Any]) -> None:
-        """Feeds the long-tail online kNN with the features of every large crop, as solo-learn's
-        online kNN takes them."""
+    def record_train_features(
+        self, out: dict[str, Any], batch: Sequence[Any], crops: int | None = None
+    ) -> None:
+        """Feeds the long-tail online kNN with the features of every large crop (or of the
+        first ``crops``), as solo-learn's online kNN takes them."""
         if self.lt_knn is not None:
-            labels = batch[2].repeat(self.num_large_crops)
-            feats = torch.cat(out["feats"][: self.num_large_crops])
+            crops = crops or self.num_large_crops
+            labels = batch[2].repeat(crops)
+            feats = torch.cat(out["feats"][:crops])
             labelled = labels != -1
             self.lt_knn.update(
                 train_features=feats[labelled].detach(), train_targets=labels[labelled]

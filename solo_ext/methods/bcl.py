@@ -51,6 +51,9 @@ from solo_ext.modules import build_mlp
 
 # the crops of one step: the classifier's, then the two contrastive views
 NUM_VIEWS = 3
+# how solo-learn's main_pretrain.py counts them (it asserts two large crops): the classifier's
+# crop as its "small" one, which only BCL's own step reads
+SOLO_LEARN_SPLIT = (2, 1)
 
 
 class CosineClassifier(nn.Module):
@@ -70,6 +73,7 @@ class CosineClassifier(nn.Module):
 class BCL(SoloExtMethod, BaseMethod):
     LOSS_NAME = "bcl"
     JOINT_HEAD = True
+    SOLO_LEARN_CROPS = SOLO_LEARN_SPLIT
     METHOD_KWARGS: dict[str, Option] = {
         "proj_hidden_dim": Option(2048, "int", 1),
         "proj_output_dim": Option(1024, "int", 1),
@@ -88,15 +92,11 @@ class BCL(SoloExtMethod, BaseMethod):
         fill_options(cfg, "method_kwargs", cls.METHOD_KWARGS)
         check_options(cfg, "method_kwargs", cls.METHOD_KWARGS)
         large = omegaconf_select(cfg, "data.num_large_crops")
-        if large is not None and large != NUM_VIEWS:
+        small = omegaconf_select(cfg, "data.num_small_crops", 0) or 0
+        if large is not None and (large, small) not in ((NUM_VIEWS, 0), SOLO_LEARN_SPLIT):
             raise ConfigError(
-                f"data.num_large_crops={large}: method='bcl' takes {NUM_VIEWS} large crops (the "
-                "classifier's, then two contrastive views; augmentations' num_crops)"
-            )
-        if omegaconf_select(cfg, "data.num_small_crops", 0):
-            raise ConfigError(
-                f"data.num_small_crops={cfg.data.num_small_crops}: method='bcl' takes no small "
-                "crops"
+                f"data.num_large_crops={large}: method='bcl' takes {NUM_VIEWS} crops of one size "
+                "(the classifier's, then two contrastive views; augmentations' num_crops)"
             )
         training_class_counts(cfg, cfg.method)  # a dataset without counts stops here
         return cfg
@@ -151,7 +151,7 @@ class BCL(SoloExtMethod, BaseMethod):
             sync_dist=True,
         )
         feats, z = out["feats"].split(b), out["z"].split(b)
-        self.record_train_features({"feats": list(feats)}, batch)
+        self.record_train_features({"feats": list(feats)}, batch, crops=NUM_VIEWS)
         if self.knn_eval:  # the host's online kNN, when the long-tail one is not used
             labels = targets.repeat(NUM_VIEWS)
             keep = labels != -1
