@@ -3,7 +3,8 @@
     python zoo/summarize.py <checkpoint dir> [--plot zoo/synthetic-lt.png]
 
 Reads ``<dir>/<method>/<run id>/metrics.json`` and ``args.json`` of every run below the
-directory, groups the runs by method, and prints kNN top-1 overall / many / medium / few.
+directory, groups the runs by method, and prints kNN top-1 overall / many / medium / few (and,
+for one-stage methods, the same of their head; for DenseCL its dense probe).
 """
 
 from __future__ import annotations
@@ -18,6 +19,9 @@ KEYS = ("knn_acc1", "knn_acc1_many", "knn_acc1_medium", "knn_acc1_few")
 HEADERS = ("kNN top-1", "many", "medium", "few")
 DENSE_KEYS = ("dense_miou", "dense_pixel_acc")
 DENSE_HEADERS = ("dense mIoU", "pixel acc")
+# a one-stage method's reported classifier (PaCo, GPaCo, BCL): its head, trained with the loss
+HEAD_KEYS = ("head_acc1", "head_acc1_many", "head_acc1_medium", "head_acc1_few")
+HEAD_HEADERS = ("head top-1", "head many", "head medium", "head few")
 
 
 def collect(root: Path) -> dict[str, list[dict]]:
@@ -30,6 +34,8 @@ def collect(root: Path) -> dict[str, list[dict]]:
         kwargs = args.get("method_kwargs", {})
         if "lambda" in kwargs:  # densecl: lambda 0 is its baseline
             name += f" (lambda {kwargs['lambda']})"
+        if kwargs.get("gpaco"):  # paco with gpaco: true is GPaCo
+            name = "paco (gpaco)"
         if "centroid_temperature" in kwargs:  # all4one_ct: compared over k
             name += f" (k {kwargs['k']})"
         runs[name].append({"seed": args.get("seed"), **metrics})
@@ -39,8 +45,12 @@ def collect(root: Path) -> dict[str, list[dict]]:
 
 
 def table(runs: dict[str, list[dict]]) -> str:
-    dense = any(DENSE_KEYS[0] in r for items in runs.values() for r in items)
-    keys, headers = (KEYS + DENSE_KEYS, HEADERS + DENSE_HEADERS) if dense else (KEYS, HEADERS)
+    found = {k for items in runs.values() for r in items for k in r}
+    keys, headers = KEYS, HEADERS
+    if DENSE_KEYS[0] in found:
+        keys, headers = keys + DENSE_KEYS, headers + DENSE_HEADERS
+    if HEAD_KEYS[0] in found:
+        keys, headers = keys + HEAD_KEYS, headers + HEAD_HEADERS
     lines = ["| method | seeds | " + " | ".join(headers) + " |", "|---" * (len(keys) + 2) + "|"]
     for method, items in runs.items():
         cells = []

@@ -129,21 +129,23 @@ def sample_positives(
     if num is None:
         raise ValueError("num=None: must be an integer >= 0")
     _check_count("num", num)
-    remaining = pool.clone()
+    # the candidates in row-major order (column order within a row), drawn from a flat list:
+    # each round costs the number of candidates, not B x N
+    rows, cols = pool.nonzero(as_tuple=True)
+    alive = torch.ones_like(rows, dtype=torch.bool)
     drawn = torch.zeros_like(pool)
     b = pool.size(0)
     for _ in range(num):
-        n = remaining.sum(dim=1)
+        n = torch.zeros(b, dtype=torch.long, device=pool.device).index_add_(0, rows, alive.long())
         u = torch.rand(b, generator=generator, device=pool.device)
         # u <= 1 - 2^-24 keeps u * n below n in float32; the clamp only guards other sources
         pick = (u * n.float()).floor().long().clamp(max=(n - 1).clamp(min=0))
-        # the pick-th remaining candidate: the first column whose running count exceeds pick
-        running = remaining.cumsum(dim=1, dtype=torch.int32)
-        col = (running <= pick[:, None]).sum(dim=1).clamp(max=pool.size(1) - 1)
-        rows = torch.arange(b, device=pool.device)
-        take = n > 0
-        drawn[rows[take], col[take]] = True
-        remaining[rows[take], col[take]] = False
+        # the pick-th remaining candidate of each row: the one whose running count in its row
+        # (alive candidates of earlier rows taken off) is pick + 1
+        within = alive.long().cumsum(0) - (n.cumsum(0) - n)[rows]
+        chosen = alive & (within == pick[rows] + 1)
+        drawn[rows[chosen], cols[chosen]] = True
+        alive &= ~chosen
     return drawn
 
 
