@@ -28,6 +28,7 @@ _BRIDGED = (
     "solo.data.classification_dataloader",
     "solo.data.dali_dataloader",
     "solo.methods.linear",
+    "solo.utils.checkpointer",
 )
 
 

@@ -662,6 +662,38 @@ def _patch_linear_model(module: ModuleType) -> None:
     module.LinearModel = LinearModel
 
 
+# --- solo-learn's args.json --------------------------------------------------------------------
+
+
+def _patch_checkpointer(module: ModuleType) -> None:
+    base = module.Checkpointer
+    original = base.save_args
+
+    @functools.wraps(original)
+    def save_args(self, trainer):
+        """solo-learn's ``args.json``, with the run's environment (``environment``: versions,
+        device, precision, processes), as ``solo-ext-pretrain`` writes it."""
+        original(self, trainer)
+        if not trainer.is_global_zero:
+            return
+        import json
+
+        from solo_ext.common import atomic_write_text
+        from solo_ext.environment import of_trainer
+
+        path = self.path / "args.json"
+        try:
+            args = json.loads(path.read_text())
+        except (OSError, ValueError):  # solo-learn wrote none: nothing to add to
+            return
+        data_format = RUN.data.get("format") if RUN is not None else None
+        args["environment"] = of_trainer(trainer, data_format)
+        text = json.dumps(args, default=lambda o: "<not serializable>")
+        atomic_write_text(path, text)
+
+    base.save_args = save_args
+
+
 PATCHES = {
     "solo.args.pretrain": _wrap_parse_cfg,
     "solo.args.linear": _wrap_parse_cfg,
@@ -671,6 +703,7 @@ PATCHES = {
     "solo.data.classification_dataloader": _patch_classification_loader,
     "solo.data.dali_dataloader": _patch_dali_loaders,
     "solo.methods.linear": _patch_linear_model,
+    "solo.utils.checkpointer": _patch_checkpointer,
 }
 
 

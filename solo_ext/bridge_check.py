@@ -130,6 +130,7 @@ NEEDS: dict[str, tuple[Need, ...]] = {
     "solo.methods.linear": (
         _method_of("LinearModel", "validation_step", "on_validation_epoch_end"),
     ),
+    "solo.utils.checkpointer": (_method_of("Checkpointer", "save_args"),),
 }
 
 # module -> what is missing there ("<module> has no <need>", or why the methods could not be

@@ -17,6 +17,7 @@ from torch import nn
 
 from solo_ext.common import atomic_write_text
 from solo_ext.config import ConfigError
+from solo_ext.environment import of_trainer
 
 
 def new_run_id(logdir: str | Path) -> str:
@@ -32,7 +33,8 @@ def new_run_id(logdir: str | Path) -> str:
 
 
 class ArgsWriter(Callback):
-    """Writes ``args.json`` into the run directory when fitting starts (global rank zero)."""
+    """Writes ``args.json`` into the run directory when fitting starts (global rank zero): the
+    config, and the environment of the run (``environment``)."""
 
     def __init__(self, cfg: DictConfig, run_dir: str | Path, run_id: str | None = None):
         self.cfg, self.run_dir, self.run_id = cfg, Path(run_dir), run_id
@@ -42,6 +44,8 @@ class ArgsWriter(Callback):
             self.run_dir.mkdir(parents=True, exist_ok=True)
             args = OmegaConf.to_container(self.cfg, resolve=True)
             args["wandb_run_id"] = self.run_id
+            # where the run's numbers come from (versions, device, precision, processes)
+            args["environment"] = of_trainer(trainer, OmegaConf.select(self.cfg, "data.format"))
             text = json.dumps(args, indent=2, default=lambda o: "<not serializable>")
             atomic_write_text(self.run_dir / "args.json", text)
 

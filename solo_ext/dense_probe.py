@@ -27,6 +27,7 @@ from solo_ext.config import ConfigError, Option, check_given
 from solo_ext.data.datasets import build_dataset
 from solo_ext.data.synthetic import PART_CLASSES
 from solo_ext.data.transforms import build_eval_transform
+from solo_ext.environment import environment
 from solo_ext.eval.metrics_file import update_metrics
 from solo_ext.eval.segmentation import confusion, plot_predictions, segmentation_report
 from solo_ext.modules.feature_maps import feature_map
@@ -113,6 +114,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     report = segmentation_report(confusion(pred, labels["val"], num_classes))
     metrics = {f"dense_{k}": v for k, v in report.items()}
     metrics["dense_map_size"] = list(maps["val"].shape[-2:])
+    metrics["dense_environment"] = environment(precision="32-true", accelerator="cpu")
     update_metrics(out_dir, metrics)
     if cfg.num_plot:
         k = min(cfg.num_plot, len(splits["val"]))

@@ -19,6 +19,7 @@ from torch import nn
 
 from solo_ext.cli import hydra_entry
 from solo_ext.config import Option, check_given
+from solo_ext.environment import environment
 from solo_ext.eval.common import report, split_features
 from solo_ext.eval.knn_classifier import DISTANCES, knn_predict
 from solo_ext.runs import load_for_eval
@@ -50,6 +51,9 @@ def evaluate_model(
         "knn_distance": distance,
         "num_train": len(feats["train"]),
         "num_val": len(feats["val"]),
+        "knn_environment": environment(
+            precision="32-true", accelerator=next(backbone.parameters()).device.type
+        ),
     }
     return report(
         scores,

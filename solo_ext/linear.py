@@ -50,6 +50,7 @@ from solo_ext.config import Option, check_given, select
 from solo_ext.data.datasets import build_dataset, targets_of
 from solo_ext.data.samplers import build_sampler, fill_sampler_cfg
 from solo_ext.data.transforms import build_eval_transform
+from solo_ext.environment import environment
 from solo_ext.eval.classifier_stage import (
     CLASSIFIER_STAGE_OPTIONS,
     fill_classifier_stage,
@@ -246,6 +247,9 @@ def run(cfg: DictConfig, callbacks: Callbacks = ()) -> dict[str, Any]:
         "linear_epochs": cfg.max_epochs,
         "linear_sampler": (OmegaConf.select(pre_cfg, "data.sampler.name") or "shuffle"),
         **{f"linear_{key}": cfg[key] for key in CLASSIFIER_STAGE_OPTIONS},  # the stage run
+        "linear_environment": environment(
+            precision=select(cfg, "precision", None), accelerator=select(cfg, "accelerator", None)
+        ),
     }
     data = pre_cfg.data
     return report(scores, val_y, train_set, data, "linear_", out_dir, extra, "linear probe")

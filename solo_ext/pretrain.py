@@ -49,6 +49,7 @@ from solo_ext.data.transforms import (
     build_pretrain_transform,
     check_augmentations,
 )
+from solo_ext.environment import of_trainer
 from solo_ext.host import BACKBONES, METHODS, build_backbone, omegaconf_select
 from solo_ext.modules.knn import DISTANCES
 from solo_ext.registry import register
@@ -434,7 +435,8 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         from solo_ext.eval.head import evaluate_head
 
         out_dir = run_dir if cfg.checkpoint.enabled else None
-        result["head"] = evaluate_head(model, cfg, out_dir=out_dir)
+        env = {"head_environment": of_trainer(trainer, cfg.data.format)}
+        result["head"] = evaluate_head(model, cfg, out_dir=out_dir, extra=env)
     return result
 
 

@@ -14,6 +14,7 @@ from torch import nn
 from solo_ext.checkpoint import find_checkpoint, read_checkpoint
 from solo_ext.config import ConfigError, check_given
 from solo_ext.data.datasets import DATA_KEYS, fill_data_cfg
+from solo_ext.environment import warn_if_numbers_differ
 from solo_ext.host import build_backbone
 from solo_ext.run_backbone import merge_run_backbone
 
@@ -78,6 +79,10 @@ def load_for_eval(cfg: DictConfig) -> tuple[nn.Module, DictConfig, Path]:
         )
     # the backbone is the run's; backbone.name and backbone.kwargs given here must agree with it
     merge_run_backbone(cfg, pre_cfg.get("backbone") or {}, ckpt_path)
+    recorded = pre_cfg.get("environment")
+    warn_if_numbers_differ(
+        OmegaConf.to_container(recorded) if recorded is not None else None, "solo-ext"
+    )
     overrides = OmegaConf.select(cfg, "data", default=None) or {}
     # a path left null (the kNN configs' placeholders, there for plain overrides) is the run's
     overrides = {k: v for k, v in overrides.items() if v is not None or k not in _PATHS}

@@ -208,6 +208,7 @@ def healthy(name: str) -> types.ModuleType:
         "solo.methods.linear": "class LinearModel:\n"
         "    def validation_step(self, batch, batch_idx): pass\n"
         "    def on_validation_epoch_end(self): pass\n",
+        "solo.utils.checkpointer": "class Checkpointer:\n    def save_args(self, trainer): pass\n",
     }
     code["solo.args.linear"] = code["solo.args.pretrain"]
     exec(code[name], module.__dict__)
@@ -255,6 +256,7 @@ LOSE = {
     "LinearModel.validation_step, on_validation_epoch_end": lambda module: delattr(
         module.LinearModel, "on_validation_epoch_end"
     ),
+    "Checkpointer.save_args": _redefine("class Checkpointer: pass\n"),
 }
 NEEDED = [(module, need.name) for module, needs in bridge_check.NEEDS.items() for need in needs]
 

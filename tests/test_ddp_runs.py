@@ -97,6 +97,8 @@ def test_a_two_process_dali_run_finishes_reading_disjoint_shares(tmp_path):
     (run_dir,) = (tmp_path / "trained_models" / "dscl").iterdir()
     args = json.loads((run_dir / "args.json").read_text())
     assert args["data"]["format"] == "dali" and args["devices"] == 2
+    env = args["environment"]  # the run's record: two processes, DALI's version
+    assert env["world_size"] == 2 and env["libraries"]["nvidia-dali"]
     metrics = json.loads((run_dir / "metrics.json").read_text())
     for group in SHOT_GROUPS:
         assert finite(metrics[f"knn_acc1_{group}"]), metrics

@@ -466,6 +466,10 @@ def test_synthetic_lt_configs_run_as_shipped(method, tmp_path):
     proc = ok(solo("main_pretrain.py", args, tmp_path))
     (run_dir,) = (tmp_path / "trained_models" / method).iterdir()
     assert (run_dir / "args.json").is_file() and list(run_dir.glob("*.ckpt"))
+    # solo-learn's args.json carries the run's environment, solo-learn's release in it
+    env = json.loads((run_dir / "args.json").read_text())["environment"]
+    assert env["solo_learn"]["release"].startswith("solo-learn ") and env["world_size"] == 1
+    assert env["precision"] == "32-true"  # the CPU overrides' precision=32
     # pbsd's published patches come from solo-learn's own loader too
     assert ("pbsd: the loader makes its views: PBSDViews" in proc.stdout) == (method == "pbsd")
 

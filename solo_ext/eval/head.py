@@ -17,11 +17,16 @@ from solo_ext.eval.common import extract_features, report
 
 @torch.no_grad()
 def evaluate_head(
-    model: nn.Module, pre_cfg: DictConfig, out_dir: str | Path | None = None, batch_size: int = 256
+    model: nn.Module,
+    pre_cfg: DictConfig,
+    out_dir: str | Path | None = None,
+    batch_size: int = 256,
+    extra: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """``head_acc1`` / ``head_acc5`` and the Many / Medium / Few top-1 of ``model.head_logits``
     on the backbone's features of ``pre_cfg.data``'s val split (the deterministic transform);
-    printed, and with ``out_dir`` saved (``metrics.json``, ``head_per_class.csv`` / ``.png``)."""
+    printed, and with ``out_dir`` saved (``metrics.json``, ``head_per_class.csv`` / ``.png``),
+    with ``extra`` keys."""
     crop = pre_cfg.augmentations[0].crop_size if pre_cfg.get("augmentations") else 224
     transform = build_eval_transform(pre_cfg.data.dataset, crop)
     train = build_dataset(pre_cfg.data, "train", None)
@@ -34,5 +39,8 @@ def evaluate_head(
         [model.head_logits(f.to(device)).float().cpu() for f in feats.split(batch_size)]
     )
     model.train(was_training)
-    extra = {"head": f"{pre_cfg.method}: the classifier trained with the loss (one stage)"}
+    extra = {
+        "head": f"{pre_cfg.method}: the classifier trained with the loss (one stage)",
+        **(extra or {}),
+    }
     return report(scores, labels, train, pre_cfg.data, "head_", out_dir, extra, "head")

@@ -62,6 +62,7 @@ class Run:
     args: dict[str, Any] = field(repr=False)
     linear: Eval | None = None
     knn: Eval | None = None
+    environment: dict[str, Any] | None = None  # args.json's record (None: made before runs had one)
 
 
 @dataclass
@@ -267,6 +268,7 @@ def read_run(run_dir: Path, args: dict[str, Any], search: list[Path]) -> Run:
         args=args,
         linear=linear,
         knn=knn,
+        environment=env if isinstance(env := args.get("environment"), dict) else None,
     )
 
 

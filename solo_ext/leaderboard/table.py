@@ -6,6 +6,7 @@ import csv
 import io
 from dataclasses import dataclass, field
 
+from solo_ext.environment import summary
 from solo_ext.leaderboard.published import (
     Published,
     augmentation_differences,
@@ -42,6 +43,7 @@ class Row:
     source: str
     compared_with: str = ""
     differences: list[str] = field(default_factory=list)
+    environment: str = ""  # a measured run's: host, torch, device, precision, processes
 
     @property
     def flagged(self) -> bool:
@@ -127,6 +129,7 @@ def measured_row(run: Run, published: list[Published]) -> Row:
         source=f"{shown(run.path)}; " + "; ".join(evals),
         compared_with=ref.label if ref is not None else "",
         differences=differences,
+        environment=summary(run.environment) or "not recorded",
     )
 
 
@@ -157,7 +160,7 @@ def _cell(value: object) -> str:
 
 HEADER = (
     "", "method", "backbone", "epochs", "batch", "protocol", "linear top-1", "kNN top-1",
-    "many", "medium", "few", "groups of", "≠ published", "compared with", "source",
+    "many", "medium", "few", "groups of", "≠ published", "compared with", "environment", "source",
 )  # fmt: skip
 
 
@@ -180,6 +183,7 @@ def markdown(dataset: str, rows: list[Row]) -> str:
             {"knn": "kNN", "": MISSING}.get(row.groups_of, row.groups_of),
             flag,
             (row.compared_with or MISSING) if measured else "",
+            row.environment,
             row.source,
         ]
         lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
@@ -191,7 +195,10 @@ def markdown(dataset: str, rows: list[Row]) -> str:
         "the classifier trained jointly with the loss of a one-stage method (PaCo, GPaCo, BCL), "
         f"which is what their papers report, in place of a linear classifier. {FLAG}: "
         "the run sets protocol options to other than the published protocol (its method's "
-        "defaults), or its epochs or backbone differ from the published row it is compared with.",
+        "defaults), or its epochs or backbone differ from the published row it is compared with. "
+        "Environment: where a measured run's numbers come from (its `args.json`); a per-seed "
+        "number reproduces exactly only in the same environment (the same kind of CPU or GPU "
+        "and the same library versions), elsewhere as a mean and spread over seeds.",
     ]
     return "\n".join(lines) + "\n"
 
@@ -199,7 +206,7 @@ def markdown(dataset: str, rows: list[Row]) -> str:
 CSV_COLUMNS = (
     "kind", "dataset", "method", "label", "backbone", "epochs", "batch", "protocol",
     "linear_acc1", "linear_eval", "knn_acc1", "knn_eval", "many", "medium", "few", "groups_of",
-    "flagged", "differences", "compared_with", "source",
+    "flagged", "differences", "compared_with", "environment", "source",
 )  # fmt: skip
 
 
