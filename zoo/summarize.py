@@ -15,6 +15,8 @@ import statistics
 from collections import defaultdict
 from pathlib import Path
 
+from solo_ext.environment import summary
+
 KEYS = ("knn_acc1", "knn_acc1_many", "knn_acc1_medium", "knn_acc1_few")
 HEADERS = ("kNN top-1", "many", "medium", "few")
 DENSE_KEYS = ("dense_miou", "dense_pixel_acc")
@@ -38,10 +40,20 @@ def collect(root: Path) -> dict[str, list[dict]]:
             name = "paco (gpaco)"
         if "centroid_temperature" in kwargs:  # all4one_ct: compared over k
             name += f" (k {kwargs['k']})"
-        runs[name].append({"seed": args.get("seed"), **metrics})
+        env = summary(args.get("environment")) or "not recorded"
+        runs[name].append({"seed": args.get("seed"), "environment": env, **metrics})
     for items in runs.values():
         items.sort(key=lambda r: (r["seed"] is None, r["seed"]))
     return dict(sorted(runs.items()))
+
+
+def environments(runs: dict[str, list[dict]]) -> str:
+    """Where the runs were made: each recorded environment and how many runs it holds."""
+    counts: dict[str, int] = defaultdict(int)
+    for items in runs.values():
+        for r in items:
+            counts[r["environment"]] += 1
+    return "\n".join(f"Runs made on: {env} ({n} runs)" for env, n in sorted(counts.items()))
 
 
 def table(runs: dict[str, list[dict]]) -> str:
@@ -97,6 +109,8 @@ def main() -> None:
     args = p.parse_args()
     runs = collect(args.root)
     print(table(runs))
+    print()
+    print(environments(runs))
     if args.plot:
         plot(runs, args.plot)
 
