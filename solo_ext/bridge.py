@@ -104,6 +104,7 @@ def _check_solo_ext_keys(cfg: Any, module: ModuleType) -> dict[str, Any] | None:
     from solo_ext.data.datasets import fill_data_cfg
     from solo_ext.data.samplers import fill_sampler_cfg
     from solo_ext.eval.classifier_stage import fill_classifier_stage
+    from solo_ext.registry import SOLO_EXT_METHODS, load
     from solo_ext.run_backbone import fill_run_backbone
 
     OmegaConf.set_struct(cfg, False)
@@ -134,14 +135,11 @@ def _check_solo_ext_keys(cfg: Any, module: ModuleType) -> dict[str, Any] | None:
         _announce(
             f"data.format=dali: DALI reads the training images in the {name!r} sampler's order"
         )
-    if data_format == "dali" and OmegaConf.select(cfg, "method") == "pbsd":
-        source = OmegaConf.select(cfg, "method_kwargs.patch_source", default="loader")
-        if source == "loader":
-            _announce(
-                "pbsd with data.format=dali: DALI's reader cannot make the published patches; "
-                "they are cut and augmented on the device (method_kwargs.patch_source=device)"
-            )
-            OmegaConf.update(cfg, "method_kwargs.patch_source", "device", force_add=True)
+    method = OmegaConf.select(cfg, "method", default=None)
+    if method in SOLO_EXT_METHODS:  # what the method needs from this loader, said once
+        note = load(method).fit_to_loader(cfg, data_format)
+        if note:
+            _announce(note)
     if dataset in SOLO_EXT_ONLY:
         fill_data_cfg(cfg)
         # solo-learn's parse_cfg reads the class count of a known name from this table
@@ -340,13 +338,11 @@ def _method_transform() -> Any:
     pipeline), built from the config its class has filled in; None for solo-learn's crops."""
     if RUN is None or RUN.cfg is None:
         return None
-    from solo_ext.host import METHODS
+    from solo_ext.pretrain import method_transform
 
-    method = RUN.cfg.get("method")
-    hook = getattr(METHODS.get(method), "pretrain_transform", None)
-    transform = hook(RUN.cfg) if hook is not None else None
+    transform = method_transform(RUN.cfg)
     if transform is not None:
-        _announce(f"{method}: the loader makes its views: {transform!r}")
+        _announce(f"{RUN.cfg.get('method')}: the loader makes its views: {transform!r}")
     return transform
 
 

@@ -263,6 +263,11 @@ def parse_cfg(cfg: DictConfig) -> DictConfig:
     cfg.optimizer.weight_decay = omegaconf_select(cfg, "optimizer.weight_decay", 0.0)
     check_optimizer_kwargs(cfg, method_cls._OPTIMIZERS)
 
+    # what the method needs from this loader (PBSD under DALI: its patches on the device)
+    fit = getattr(method_cls, "fit_to_loader", None)
+    note = fit(cfg, cfg.data.format) if fit is not None else None
+    if note and os.environ.get("LOCAL_RANK", "0") == "0":
+        print(f"solo-ext: {note}", flush=True)
     # the method's own defaults and checks, still before any work
     try:
         method_cls.add_and_assert_specific_cfg(cfg)
@@ -272,8 +277,9 @@ def parse_cfg(cfg: DictConfig) -> DictConfig:
 
 
 def method_transform(cfg: DictConfig) -> Any:
-    """The loader transform a method asks for (PBSD's views), None for the usual crops."""
-    hook = getattr(METHODS[cfg.method], "pretrain_transform", None)
+    """The loader transform a method asks for (PBSD's views), None for the usual crops (and
+    for solo-learn's own methods, which ask for none)."""
+    hook = getattr(METHODS.get(cfg.get("method")), "pretrain_transform", None)
     return hook(cfg) if hook is not None else None
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import sys
 import types
+from pathlib import Path
 
 import pytest
 import torch
@@ -472,3 +473,24 @@ def test_main_linears_stage_trains_on_the_published_crops():
                for t in train.transforms)  # fmt: skip
     classifier_stage_run(train_augmentation="solo-learn", backbone_bn="eval")
     assert loader.prepare_transforms("cifar100") == ("solo-learn's crops", "solo-learn's val")
+
+
+def test_the_bridge_names_no_method():
+    """What a method needs from the loader is said by the method's class (fit_to_loader,
+    pretrain_transform, SOLO_LEARN_CROPS); the bridge branches on no method's name."""
+    from solo_ext.registry import SOLO_EXT_METHODS
+
+    source = Path(bridge.__file__).read_text()
+    for name in SOLO_EXT_METHODS:
+        for quoted in (f'"{name}"', f"'{name}'"):
+            assert quoted not in source, quoted
+
+
+def test_solo_ext_pretrain_fits_pbsd_to_dali_as_the_bridge_does(capsys, tmp_path):
+    from solo_ext.pretrain import parse_cfg
+
+    cfg = tiny_cfg("pbsd", tmp_path, **{"data.format": "dali", "dali.device": "cpu"})
+    pytest.importorskip("nvidia.dali", reason="NVIDIA DALI is not installed")
+    cfg = parse_cfg(cfg)
+    assert cfg.method_kwargs.patch_source == "device"
+    assert "DALI's reader cannot make the published patches" in capsys.readouterr().out

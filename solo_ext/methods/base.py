@@ -87,6 +87,19 @@ class SoloExtMethod:
 
     JOINT_HEAD = False
 
+    @classmethod
+    def fit_to_loader(cls, cfg: DictConfig, data_format: str) -> str | None:
+        """Adapts the run's config to what its loader (``data.format``) can give, for both
+        doors (solo-ext-pretrain and solo-learn's main_pretrain.py), before the model is built;
+        returns what it changed (said once), or None. The bridge names no method: what a method
+        needs from the loader is said here and in ``pretrain_transform``."""
+        return None
+
+    @classmethod
+    def pretrain_transform(cls, cfg: DictConfig) -> Any:
+        """The loader transform the method asks for (PBSD's views); None: the usual crops."""
+        return None
+
     def __init__(self, cfg: DictConfig):
         super().__init__(cfg)
         self.lt_knn = long_tail_knn(self.cfg)

@@ -37,7 +37,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from lightning.pytorch.utilities import rank_zero_info
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from solo_ext.config import ConfigError, Option, select
 from solo_ext.data.pbsd_views import PBSDViews
@@ -108,6 +108,19 @@ class PBSD(DSCL):
             patch = (cfg.backbone.get("kwargs") or {}).get("patch_size", 16)
             size = max(patch, round(size / patch) * patch)
         return size
+
+    @classmethod
+    def fit_to_loader(cls, cfg: DictConfig, data_format: str) -> str | None:
+        """DALI's reader cannot make the published patches: a DALI run cuts them on the
+        device."""
+        source = OmegaConf.select(cfg, "method_kwargs.patch_source", default="loader")
+        if data_format != "dali" or source != "loader":
+            return None
+        OmegaConf.update(cfg, "method_kwargs.patch_source", "device", force_add=True)
+        return (
+            "pbsd with data.format=dali: DALI's reader cannot make the published patches; "
+            "they are cut and augmented on the device (method_kwargs.patch_source=device)"
+        )
 
     @classmethod
     def pretrain_transform(cls, cfg: DictConfig) -> Callable | None:
