@@ -40,6 +40,7 @@ from types import ModuleType
 from typing import Any
 
 from solo_ext.bridge_check import missing, record_broken, stop_if_broken
+from solo_ext.config import run_default
 from solo_ext.data.facts import FEW_THRESHOLD, MANY_THRESHOLD, SOLO_EXT_ONLY, facts
 
 
@@ -125,7 +126,7 @@ def _check_solo_ext_keys(cfg: Any, module: ModuleType) -> dict[str, Any] | None:
                 f"data.sampler.name={sampler['name']!r} with data.no_labels=true: "
                 "the samplers draw by class and need the labels"
             )
-        sampler.setdefault("seed", OmegaConf.select(cfg, "seed", default=5))
+        sampler.setdefault("seed", OmegaConf.select(cfg, "seed", default=run_default("seed")))
     if data_format == "dali" and (sampler is not None or dataset in SOLO_EXT_ONLY):
         from solo_ext.data.dali import check_dali, dali_device
 
@@ -502,7 +503,8 @@ def _dali_train_loader(datamodule: Any, transforms: Any, kind: str) -> Any:
         train_set = build_dataset(data, "train", None)
     else:  # the class folders, sorted, as solo-learn's DALI pipelines list them
         train_set = ImageFolder(str(data.train_path))
-    args = dict(RUN.sampler or {"name": "instance", "seed": RUN.cfg.get("seed", 5)})
+    seed = RUN.cfg.get("seed", run_default("seed"))
+    args = dict(RUN.sampler or {"name": "instance", "seed": seed})
     sampler = build_sampler(args.pop("name"), targets_of(train_set), **args)
     return dali_loader(
         train_set,
@@ -512,7 +514,7 @@ def _dali_train_loader(datamodule: Any, transforms: Any, kind: str) -> Any:
         batch_size=datamodule.batch_size,
         device=datamodule.dali_device,  # (checked by parse_cfg)
         num_workers=datamodule.num_workers,
-        seed=RUN.cfg.get("seed", 5),
+        seed=seed,
     )
 
 

@@ -83,9 +83,10 @@ class Option:
     ``method_kwargs`` as ``{key: Option}``; both hosts and every entry point fill and check the
     section from that one table (``fill_options`` / ``check_options``).
 
-    ``kind``: ``"int"``, ``"float"``, ``"bool"``, ``"str"`` (one of ``choices``) or ``"pair"``
-    (``[low, high]``, both inside the bounds). A number kind may also take one of ``choices``
-    (DSCL's ``alpha: scl``). ``nullable``: None is a valid value (a default decided later).
+    ``kind``: ``"int"``, ``"float"``, ``"bool"``, ``"str"`` (one of ``choices``), ``"text"``
+    (any string: a path, a name) or ``"pair"`` (``[low, high]``, both inside the bounds). A
+    number kind may also take one of ``choices`` (DSCL's ``alpha: scl``). ``nullable``: None
+    is a valid value (a default decided later).
     """
 
     default: Any
@@ -110,6 +111,8 @@ class Option:
             text = "true or false" + (f" or one of {sorted(self.choices)}" if self.choices else "")
         elif self.kind == "str":
             text = f"one of {sorted(self.choices)}"
+        elif self.kind == "text":
+            text = "a string"
         else:
             noun = {
                 "int": "an integer",
@@ -137,6 +140,8 @@ class Option:
             return True
         if self.kind == "bool":
             return isinstance(value, bool)
+        if self.kind == "text":
+            return isinstance(value, str)
         if self.kind == "str" and isinstance(value, Integral) and not isinstance(value, bool):
             return str(value) in self.choices  # a choice spelt as a number (precision=32)
         if self.kind == "pair":
@@ -156,6 +161,8 @@ class Option:
         """Values just outside this option (the bad-input tests try each)."""
         if self.kind == "bool":
             return ["yes", 1]
+        if self.kind == "text":
+            return [True]
         if self.kind == "str":
             return [f"{self.choices[0]}_typo"]
         below = None if self.low is None else (self.low if self.low_open else self.low - 1)
@@ -175,6 +182,42 @@ class Option:
             if self.kind == "int":
                 out.append((self.low or 0) + 1.5)
         return [v for v in out if not self.valid(v)]  # (null in a config means the default)
+
+
+# the run's keys whose defaults the modules under the commands read too (the bridge, the
+# resumer), declared here once; solo-ext-pretrain's RUN_OPTIONS takes them in. The defaults are
+# solo-learn's.
+CORE_RUN_OPTIONS: dict[str, Option] = {
+    "seed": Option(5, "int", 0),
+    "optimizer.classifier_lr": Option(0.1, "float", 0, low_open=True),
+    "optimizer.weight_decay": Option(0.0, "float", 0),
+    "optimizer.kwargs.momentum": Option(0.9, "float", 0, 1, high_open=True),
+    "checkpoint.enabled": Option(True, "bool"),
+    "checkpoint.dir": Option("trained_models", "text"),
+    "checkpoint.frequency": Option(1, "int", 1),
+    "checkpoint.keep_prev": Option(False, "bool"),
+    "auto_resume.enabled": Option(False, "bool"),
+    "auto_resume.max_hours": Option(36, "float", 0, low_open=True),
+    "wandb.enabled": Option(False, "bool"),
+    "wandb.entity": Option(None, "text", nullable=True),
+    "wandb.project": Option("solo-learn", "text"),
+    "wandb.offline": Option(False, "bool"),
+    "num_nodes": Option(1, "int", 1),
+    "debug_augmentations": Option(False, "bool"),
+}
+
+
+def run_default(key: str) -> Any:
+    """The declared default of one of the run's keys (:data:`CORE_RUN_OPTIONS`)."""
+    return CORE_RUN_OPTIONS[key].default
+
+
+def fill_defaults(cfg: DictConfig, options: Mapping[str, Option]) -> None:
+    """Each dotted key of ``options`` that ``cfg`` leaves out (or null) set to its declared
+    default, sections made as needed; keys declared without a default are left alone."""
+    for key, option in options.items():
+        if option.default is not None and select(cfg, key) is None:
+            OmegaConf.update(cfg, key, option.default, force_add=True)
 
 
 def fill_options(cfg: DictConfig, section: str, options: Mapping[str, Option]) -> DictConfig:

@@ -28,10 +28,12 @@ from solo_ext.checkpoint import check_fits, checkpoint_callbacks, new_run_id, re
 from solo_ext.cli import hydra_entry
 from solo_ext.common import did_you_mean
 from solo_ext.config import (
+    CORE_RUN_OPTIONS,
     ConfigError,
     Option,
     check_choice,
     check_given,
+    fill_defaults,
     fill_stem_option,
     require,
     world_size,
@@ -67,13 +69,10 @@ KNOWN_KEYS = {
 # the numbers of solo-learn's keys that solo-ext passes on to torch, Lightning and the host,
 # declared once: each given value is checked before anything is built (null: the default)
 RUN_OPTIONS: dict[str, Option] = {
+    **CORE_RUN_OPTIONS,
     "max_epochs": Option(None, "int", 1),
-    "seed": Option(5, "int", 0),
     "optimizer.batch_size": Option(None, "int", 1),
     "optimizer.lr": Option(None, "float", 0, low_open=True),
-    "optimizer.classifier_lr": Option(0.1, "float", 0, low_open=True),
-    "optimizer.weight_decay": Option(0.0, "float", 0),
-    "optimizer.kwargs.momentum": Option(0.9, "float", 0, 1, high_open=True),
     "optimizer.exclude_bias_n_norm_wd": Option(False, "bool"),
     "scheduler.interval": Option("step", "str", choices=("step", "epoch")),
     "scheduler.warmup_epochs": Option(10, "float", 0),
@@ -81,19 +80,10 @@ RUN_OPTIONS: dict[str, Option] = {
     "scheduler.warmup_start_lr": Option(3e-5, "float", 0),
     "momentum.base_tau": Option(0.99, "float", 0, 1),
     "momentum.final_tau": Option(1.0, "float", 0, 1),
-    "checkpoint.enabled": Option(True, "bool"),
-    "checkpoint.frequency": Option(1, "int", 1),
-    "checkpoint.keep_prev": Option(False, "bool"),
     "knn_eval.enabled": Option(False, "bool"),
     "knn_eval.k": Option(20, "int", 1),
     "knn_eval.distance_func": Option("euclidean", "str", choices=DISTANCES),
-    "auto_resume.enabled": Option(False, "bool"),
-    "auto_resume.max_hours": Option(36, "float", 0, low_open=True),
-    "wandb.enabled": Option(False, "bool"),
-    "wandb.offline": Option(False, "bool"),
     "performance.disable_channel_last": Option(False, "bool"),
-    "debug_augmentations": Option(False, "bool"),
-    "num_nodes": Option(1, "int", 1),
     "accumulate_grad_batches": Option(1, "int", 1),
     "log_every_n_steps": Option(50, "int", 1),
     # Lightning's Trainer arguments of solo-learn's configs and the README, with the choices
@@ -210,32 +200,18 @@ def parse_cfg(cfg: DictConfig) -> DictConfig:
     check_backbone_kwargs(cfg)
     fill_sampler_cfg(cfg, total_epochs=cfg.max_epochs)
     cfg.name = omegaconf_select(cfg, "name", cfg.method)
-    cfg.seed = omegaconf_select(cfg, "seed", 5)
     cfg.resume_from_checkpoint = omegaconf_select(cfg, "resume_from_checkpoint", None)
     if cfg.resume_from_checkpoint is not None and not Path(cfg.resume_from_checkpoint).is_file():
         raise ConfigError(f"resume_from_checkpoint={cfg.resume_from_checkpoint!r}: no such file")
-    cfg.auto_resume = omegaconf_select(cfg, "auto_resume", None) or {}
-    cfg.auto_resume.enabled = bool(omegaconf_select(cfg, "auto_resume.enabled", False))
-    cfg.auto_resume.max_hours = omegaconf_select(cfg, "auto_resume.max_hours", 36)
-    cfg.strategy = omegaconf_select(cfg, "strategy", "auto")
-    cfg.accelerator = omegaconf_select(cfg, "accelerator", "auto")
-    cfg.devices = omegaconf_select(cfg, "devices", 1)
-    cfg.num_nodes = omegaconf_select(cfg, "num_nodes", 1)
-    cfg.debug_augmentations = omegaconf_select(cfg, "debug_augmentations", False)
-    for section, defaults in {
-        "checkpoint": {
-            "enabled": True,
-            "dir": "trained_models",
-            "frequency": 1,
-            "keep_prev": False,
-        },
-        "wandb": {"enabled": False, "entity": None, "project": "solo-learn", "offline": False},
-    }.items():
-        if omegaconf_select(cfg, section) is None:
-            cfg[section] = {}
-        for key, value in defaults.items():
-            if cfg[section].get(key) is None:
-                cfg[section][key] = value
+    # the declared defaults of the run's keys (seed, checkpoint, auto_resume, wandb, ...)
+    fill_defaults(cfg, {k: o for k, o in CORE_RUN_OPTIONS.items() if not k.startswith("optim")})
+    fill_defaults(
+        cfg, {k: RUN_OPTIONS[k] for k in ("optimizer.classifier_lr", "optimizer.weight_decay")}
+    )
+    cfg.wandb.entity = omegaconf_select(cfg, "wandb.entity", None)
+    for key in ("strategy", "accelerator"):
+        cfg[key] = omegaconf_select(cfg, key, RUN_OPTIONS[key].default)
+    cfg.devices = omegaconf_select(cfg, "devices", 1)  # (a count, 'auto' or indices: undeclared)
 
     augs = cfg.augmentations
     for i in range(len(augs)):
@@ -256,11 +232,10 @@ def parse_cfg(cfg: DictConfig) -> DictConfig:
     # solo-learn's linear scaling rule: lr given for a total batch of 256
     scale = cfg.optimizer.batch_size * world_size(cfg) / 256
     cfg.optimizer.lr = cfg.optimizer.lr * scale
-    cfg.optimizer.classifier_lr = omegaconf_select(cfg, "optimizer.classifier_lr", 0.1) * scale
+    cfg.optimizer.classifier_lr = cfg.optimizer.classifier_lr * scale
     cfg.optimizer.kwargs = omegaconf_select(cfg, "optimizer.kwargs", {})
-    if cfg.optimizer.name in ("sgd", "lars"):
-        cfg.optimizer.kwargs.momentum = omegaconf_select(cfg, "optimizer.kwargs.momentum", 0.9)
-    cfg.optimizer.weight_decay = omegaconf_select(cfg, "optimizer.weight_decay", 0.0)
+    if cfg.optimizer.name in ("sgd", "lars"):  # (the others take no momentum)
+        fill_defaults(cfg, {"optimizer.kwargs.momentum": RUN_OPTIONS["optimizer.kwargs.momentum"]})
     check_optimizer_kwargs(cfg, method_cls._OPTIMIZERS)
 
     # what the method needs from this loader (PBSD under DALI: its patches on the device)

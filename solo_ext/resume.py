@@ -27,7 +27,7 @@ from lightning.pytorch.plugins.io import TorchCheckpointIO
 from omegaconf import DictConfig, OmegaConf
 
 from solo_ext.common import SEED_STRIDE, atomic_write
-from solo_ext.config import select
+from solo_ext.config import run_default, select
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):
@@ -117,7 +117,9 @@ def find_auto_resume(cfg: DictConfig) -> Path | None:
     """The newest ``.ckpt`` below ``<checkpoint.dir>/<method>`` younger than
     ``auto_resume.max_hours`` whose ``args.json`` matches ``cfg`` on :data:`SHOULD_MATCH`."""
     root = Path(cfg.checkpoint.dir) / cfg.method
-    max_age = float(select(cfg, "auto_resume.max_hours", 36)) * 3600
+    max_age = (
+        float(select(cfg, "auto_resume.max_hours", run_default("auto_resume.max_hours"))) * 3600
+    )
     now = time.time()
     candidates = []
     for ckpt in root.glob("*/*.ckpt") if root.is_dir() else []:

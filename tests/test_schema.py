@@ -78,7 +78,7 @@ def test_a_run_key_outside_its_declaration_stops_the_start(key, value, tmp_path)
     """solo-learn's keys that solo-ext-pretrain hands to torch, Lightning and the host: a bad
     number is one line naming it, before the run directory exists."""
     ckpt_dir = tmp_path / "trained_models"
-    cfg = tiny_cfg("scl", tmp_path, **{key: value, "checkpoint.dir": str(ckpt_dir)})
+    cfg = tiny_cfg("scl", tmp_path, **{"checkpoint.dir": str(ckpt_dir), key: value})
     with pytest.raises(ConfigError) as info:
         run(cfg)
     message = str(info.value)
@@ -191,7 +191,7 @@ def test_devices_and_backbone_keywords_stop_the_start(key, value, message, tmp_p
     """``devices`` is read with the world size; ``backbone.kwargs`` beyond solo-ext's own keys go
     to the backbone's constructor, which is tried on the meta device before anything is built."""
     ckpt_dir = tmp_path / "trained_models"
-    cfg = tiny_cfg("scl", tmp_path, **{key: value, "checkpoint.dir": str(ckpt_dir)})
+    cfg = tiny_cfg("scl", tmp_path, **{"checkpoint.dir": str(ckpt_dir), key: value})
     if key.startswith("backbone"):
         cfg.backbone.kwargs = {"widht": 2}
     with pytest.raises(ConfigError) as info:
