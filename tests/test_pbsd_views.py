@@ -102,3 +102,29 @@ def test_patches_get_their_own_colour_augmentation():
     jittered = _views(_aug(0.0, jitter=1.0))(_image(2))
     assert torch.equal(plain[3], jittered[3])  # the same boxes
     assert not torch.allclose(plain[2], jittered[2])
+
+
+def test_the_device_patches_read_the_query_entry_as_the_loader_does(monkeypatch):
+    """PBSD's device path takes its colour settings from the query's augmentations entry the
+    way the loader's views do: the declared defaults for what the entry leaves out, and
+    solo-learn's ``gaussian_prob`` when ``gaussian_blur.prob`` is not given."""
+    from omegaconf import OmegaConf
+
+    import solo_ext.methods.pbsd as pbsd
+    from solo_ext.data.transforms import AUGMENTATION_OPTIONS, photometric_ops
+
+    made = {}
+    monkeypatch.setattr(pbsd, "DevicePatchAugment", lambda *a, **kw: made.update(kw))
+    entry = OmegaConf.create(
+        {"crop_size": 32, "num_crops": 1, "color_jitter": {"prob": 0.8}, "gaussian_prob": 0.7}
+    )
+    pbsd.device_patch_augment("synthetic_lt", entry)
+    defaults = tuple(
+        AUGMENTATION_OPTIONS[f"color_jitter.{k}"].default
+        for k in ("brightness", "contrast", "saturation", "hue")
+    )
+    assert made["jitter"] == defaults and made["jitter_prob"] == 0.8
+    assert made["grayscale"] == AUGMENTATION_OPTIONS["grayscale.prob"].default
+    assert made["blur"] == 0.7  # the loader blurs with the same probability:
+    (blur,) = [op for op in photometric_ops(entry, 32) if "Blur" in repr(op)]
+    assert blur.p == 0.7

@@ -84,6 +84,14 @@ def _get(aug: DictConfig, key: str) -> Any:
     return select(aug, key, AUGMENTATION_OPTIONS[key].default)
 
 
+def augmentation_value(aug: DictConfig, key: str) -> Any:
+    """One key of an ``augmentations`` entry as every pipeline reads it: the entry's value, or
+    its declared default (``gaussian_blur.prob`` falls back to solo-learn's ``gaussian_prob``)."""
+    if key == "gaussian_blur.prob":
+        return select(aug, key, _get(aug, "gaussian_prob"))
+    return _get(aug, key)
+
+
 def _checked(aug: DictConfig, key: str) -> Any:
     """``aug.<key>`` (or its default), checked against its declaration where it is used, so a
     pipeline built without ``check_augmentations`` (solo-learn's ``main_pretrain.py``) stops on
@@ -180,7 +188,7 @@ def photometric_ops(aug: DictConfig, size: int) -> list[Any]:
         )
         ops.append(T.RandomApply([jitter], p=_get(aug, "color_jitter.prob")))
     ops.append(T.RandomGrayscale(p=_get(aug, "grayscale.prob")))
-    blur_p = select(aug, "gaussian_blur.prob", _get(aug, "gaussian_prob"))
+    blur_p = augmentation_value(aug, "gaussian_blur.prob")
     if blur_p > 0:
         ops.append(T.RandomApply([blur_op(aug, size)], p=blur_p))
     if _get(aug, "solarization.prob") > 0:

@@ -39,9 +39,9 @@ import torch.nn.functional as F
 from lightning.pytorch.utilities import rank_zero_info
 from omegaconf import DictConfig, OmegaConf
 
-from solo_ext.config import ConfigError, Option, select
+from solo_ext.config import ConfigError, Option
 from solo_ext.data.pbsd_views import PBSDViews
-from solo_ext.data.transforms import crops_of, flip_prob, normalize
+from solo_ext.data.transforms import augmentation_value, crops_of, flip_prob, normalize
 from solo_ext.losses.pbsd import pbsd_loss
 from solo_ext.methods.base import require_spatial_map
 from solo_ext.methods.dscl import DSCL
@@ -50,21 +50,19 @@ from solo_ext.modules.patches import DevicePatchAugment, crop_boxes, roi_pool, s
 
 def device_patch_augment(dataset: str, query: DictConfig) -> DevicePatchAugment:
     """The device-side patch augmentation from the query crop's ``augmentations`` entry."""
-    sel = lambda key, default: select(query, key, default)  # noqa: E731
+    value = lambda key: augmentation_value(query, key)  # noqa: E731  (as the loader reads it)
     norm = normalize(dataset, query)
-    jitter_prob = sel("color_jitter.prob", 0.0)
     jitter = tuple(
-        sel(f"color_jitter.{k}", d)
-        for k, d in (("brightness", 0.4), ("contrast", 0.4), ("saturation", 0.2), ("hue", 0.1))
+        value(f"color_jitter.{k}") for k in ("brightness", "contrast", "saturation", "hue")
     )
     return DevicePatchAugment(
         tuple(norm.mean),
         tuple(norm.std),
         flip=flip_prob(query),
         jitter=jitter,
-        jitter_prob=jitter_prob,
-        grayscale=sel("grayscale.prob", 0.0),
-        blur=sel("gaussian_blur.prob", 0.0),
+        jitter_prob=value("color_jitter.prob"),
+        grayscale=value("grayscale.prob"),
+        blur=value("gaussian_blur.prob"),
     )
 
 
