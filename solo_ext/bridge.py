@@ -196,14 +196,14 @@ def _wrap_parse_cfg(module: ModuleType) -> None:
         cfg = original(cfg)
         if dali_dataset:  # (the format matters to that assert only)
             cfg.data.format = "dali"
-        if module.__name__.endswith("pretrain"):
-            _check_method_kwargs(cfg)
-            _solo_learn_crops(cfg)
-        fill_stem_option(cfg)
         if cfg.data.get("train_class_counts") is None:
             counts = long_tail_counts(cfg.data)
             if counts is not None:
                 cfg.data.train_class_counts = counts
+        if module.__name__.endswith("pretrain"):
+            _check_method_kwargs(cfg)
+            _solo_learn_crops(cfg)
+        fill_stem_option(cfg)
         RUN = Run(cfg.data, sampler, cfg)
         if sampler is not None:
             _announce(f"training batches are drawn by the {sampler['name']!r} sampler")
@@ -368,7 +368,7 @@ def _with_stats(dataset: str, cfg: Any) -> Any:
 
     cfg = OmegaConf.create(OmegaConf.to_container(cfg))
     mean, std = facts(dataset).stats
-    if facts(dataset).solo_name == "custom":
+    if facts(dataset).stats_from_config:
         mean, std = cfg.get("mean", mean), cfg.get("std", std)
     cfg.mean, cfg.std = list(mean), list(std)
     return cfg
@@ -450,7 +450,7 @@ def _patch_classification_loader(module: ModuleType) -> None:
         from solo_ext.data.datasets import build_dataset
 
         data = _run_data(dataset)
-        has_val = data.val_path is not None or data.dataset != "custom_lt"
+        has_val = data.val_path is not None or facts(data.dataset).source != "image_folder"
         val = build_dataset(data, "val", T_val) if has_val else None
         return build_dataset(data, "train", T_train), val
 

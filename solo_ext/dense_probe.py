@@ -25,6 +25,7 @@ from torch.utils.data import DataLoader, TensorDataset
 from solo_ext.cli import hydra_entry
 from solo_ext.config import ConfigError, Option, check_given
 from solo_ext.data.datasets import build_dataset
+from solo_ext.data.facts import DATASETS, facts
 from solo_ext.data.synthetic import PART_CLASSES
 from solo_ext.data.transforms import build_eval_transform
 from solo_ext.environment import environment
@@ -81,13 +82,15 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     OmegaConf.set_struct(cfg, False)
     check_given(cfg, OPTIONS)
     backbone, pre_cfg, out_dir = load_for_eval(cfg)
-    if pre_cfg.data.dataset != "synthetic_lt":
+    dataset = pre_cfg.data.dataset
+    if not facts(dataset).part_labels:
+        with_labels = [name for name, f in DATASETS.items() if f.part_labels]
         raise ConfigError(
-            f"data.dataset={pre_cfg.data.dataset!r}: the dense probe needs "
-            "per-pixel labels, which synthetic_lt has"
+            f"data.dataset={dataset!r}: the dense probe needs per-pixel labels, which "
+            f"{', '.join(with_labels)} has"
         )
     pl.seed_everything(cfg.seed, workers=True)
-    transform = build_eval_transform("synthetic_lt")
+    transform = build_eval_transform(dataset)
     splits = {s: build_dataset(pre_cfg.data, s, transform) for s in ("train", "val")}
     maps = {s: feature_maps(backbone, d) for s, d in splits.items()}
     labels = {s: torch.as_tensor(d.label_maps) for s, d in splits.items()}

@@ -45,6 +45,7 @@ from solo_ext.data.datasets import (
     fill_data_cfg,
     train_class_counts,
 )
+from solo_ext.data.facts import facts
 from solo_ext.data.samplers import build_sampler, fill_sampler_cfg
 from solo_ext.data.transforms import (
     build_eval_transform,
@@ -303,7 +304,7 @@ def build_loaders(cfg: DictConfig) -> tuple[DataLoader, DataLoader | None]:
             drop_last=True,
             persistent_workers=workers > 0,
         )
-    if data.dataset != "synthetic_lt" and data.val_path is None:
+    if facts(data.dataset).source != "generated" and data.val_path is None:
         return train_loader, None
     val = build_dataset(
         data, "val", build_eval_transform(data.dataset, cfg.augmentations[0].crop_size)

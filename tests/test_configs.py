@@ -26,7 +26,8 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from solo_ext import knn, linear
-from solo_ext.data.datasets import SPLIT_FILE_DATASETS, build_dataset
+from solo_ext.data.datasets import build_dataset
+from solo_ext.data.facts import SPLIT_FILE_DATASETS, facts
 from solo_ext.data.transforms import build_eval_transform
 from solo_ext.host import build_backbone
 from solo_ext.pretrain import parse_cfg, run
@@ -54,7 +55,7 @@ def data_overrides(dataset: str, root: Path) -> list[str]:
     if dataset.startswith("cifar"):
         return ["++data.download=true"]  # skips the folder check; nothing is downloaded here
     if dataset in SPLIT_FILE_DATASETS:
-        _, train_file, val_file = SPLIT_FILE_DATASETS[dataset]
+        train_file, val_file = facts(dataset).split_files
         for name in (train_file, val_file):
             (root / name).write_text("train/a/0.jpg 0\n")
         return [f"data.train_path={root}"]

@@ -254,7 +254,6 @@ def test_equalization_stops_in_one_line():
 def test_cifar_lt_by_name_reads_the_arrays(tmp_path, monkeypatch):
     import torchvision.datasets as tvd
 
-    from solo_ext.data import datasets
     from solo_ext.data.datasets import build_dataset, fill_data_cfg
 
     folder = tmp_path / tvd.CIFAR10.base_folder
@@ -269,7 +268,12 @@ def test_cifar_lt_by_name_reads_the_arrays(tmp_path, monkeypatch):
     )
     monkeypatch.setattr(tvd.CIFAR10, "_check_integrity", lambda self: True)
     monkeypatch.setattr(tvd.cifar, "check_integrity", lambda *args, **kwargs: True)
-    monkeypatch.setitem(datasets.CIFAR, "cifar10", (tvd.CIFAR10, 20))  # 20 images a class
+    import dataclasses
+
+    from solo_ext.data import facts
+
+    tiny = dataclasses.replace(facts.DATASETS["cifar10_lt"], images_per_class=20)
+    monkeypatch.setitem(facts.DATASETS, "cifar10_lt", tiny)  # 20 images a class
     cfg = OmegaConf.create(
         {
             "data": {

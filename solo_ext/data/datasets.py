@@ -24,18 +24,10 @@ from solo_ext.config import (
 from solo_ext.data import facts as F
 from solo_ext.data import lt_datasets as lt
 
-# torchvision class and images per class of the full training set
-CIFAR = {"cifar10": (tvd.CIFAR10, 5000), "cifar100": (tvd.CIFAR100, 500)}
-# name -> (classes, default train split file, default val split file), as published
-SPLIT_FILE_DATASETS = {
-    name: (F.DATASETS[name].classes, *F.DATASETS[name].split_files)
-    for name in F.SPLIT_FILE_DATASETS
-}
+# the torchvision class of each dataset whose images torchvision reads (by its solo-learn name)
+TORCHVISION = {"cifar10": tvd.CIFAR10, "cifar100": tvd.CIFAR100}
 LONG_TAILED = F.LONG_TAILED
 DATASETS = tuple(F.DATASETS)
-# ImageFolder datasets of solo-learn with a fixed number of classes
-_FIXED_FOLDERS = ("imagenet100", "imagenet")
-_CIFAR_DIRS = {"cifar10": "cifar-10-batches-py", "cifar100": "cifar-100-python"}
 
 
 def _class_folders(path: str) -> list[str]:
@@ -117,9 +109,10 @@ def _image_folder(path: str, mode: str, key: str, transform: Callable | None = N
     return folder
 
 
-def _cifar_name(dataset: str) -> str | None:
-    name = dataset.removesuffix("_lt")
-    return name if name in CIFAR else None
+def _torchvision(dataset: str) -> Any:
+    """The torchvision dataset class of a dataset whose archives torchvision reads, else None."""
+    f = F.facts(dataset)
+    return TORCHVISION[f.solo_name] if f.source == "torchvision" else None
 
 
 def _check_dir(key: str, path: str | None, dataset: str) -> None:
@@ -148,7 +141,7 @@ def fill_data_cfg(cfg: DictConfig) -> DictConfig:
         default = value.default if isinstance(value, Option) else value
         data[key] = select(cfg, f"data.{key}", default)
     if dataset in LONG_TAILED and data.imbalance_factor is None:
-        data.imbalance_factor = 100 if dataset != "synthetic_lt" else 10
+        data.imbalance_factor = F.facts(dataset).default_imbalance
     check_choice("data.format", data.format, DATA_OPTIONS["format"].choices)
     if data.format == "dali":
         from solo_ext.data.dali import check_dali
@@ -165,13 +158,13 @@ def fill_data_cfg(cfg: DictConfig) -> DictConfig:
             f"data.many_threshold={data.many_threshold}"
         )
 
-    if dataset == "synthetic_lt":
-        expected = select(cfg, "data.num_classes", 20)
+    f = F.facts(dataset)
+    if f.source == "generated":
+        expected = select(cfg, "data.num_classes", f.default_classes)
         fill_options(cfg, "data.synthetic", SYNTHETIC_OPTIONS)
         _check_synthetic(expected, data)
-    elif _cifar_name(dataset):
-        name = _cifar_name(dataset)
-        expected = F.DATASETS[dataset].classes
+    elif f.source == "torchvision":
+        expected = f.classes
         data.val_path = data.val_path or data.train_path  # torchvision keeps both splits
         if data.train_path is None:
             raise ConfigError(
@@ -181,14 +174,14 @@ def fill_data_cfg(cfg: DictConfig) -> DictConfig:
             if data.download:
                 continue
             _check_dir(f"data.{key}", data[key], dataset)
-            if not os.path.isdir(os.path.join(data[key], _CIFAR_DIRS[name])):
+            if not os.path.isdir(os.path.join(data[key], f.archive_dir)):
                 raise ConfigError(
-                    f"data.{key}={data[key]!r}: no {_CIFAR_DIRS[name]}/ inside; "
+                    f"data.{key}={data[key]!r}: no {f.archive_dir}/ inside; "
                     "set data.download=true to let torchvision download it"
                 )
-    elif dataset in SPLIT_FILE_DATASETS:
-        expected, train_file, val_file = SPLIT_FILE_DATASETS[dataset]
-        expected = select(cfg, "data.num_classes", expected)
+    elif f.source == "split_files":
+        train_file, val_file = f.split_files
+        expected = select(cfg, "data.num_classes", f.classes)
         _check_dir("data.train_path", data.train_path, dataset)
         data.val_path = data.val_path or data.train_path
         data.train_split_file = select(cfg, "data.train_split_file", train_file)
@@ -202,8 +195,8 @@ def fill_data_cfg(cfg: DictConfig) -> DictConfig:
         expected = len(_class_folders(data.train_path))
         if expected == 0:
             raise ConfigError(f"data.train_path={data.train_path!r}: no class folders")
-        fixed = F.DATASETS[dataset].classes
-        if dataset in _FIXED_FOLDERS and expected != fixed:
+        fixed = f.classes  # (solo-learn's ImageNet folders have a fixed number)
+        if fixed is not None and expected != fixed:
             raise ConfigError(
                 f"data.train_path={data.train_path!r}: {expected} class folders, "
                 f"data.dataset={dataset!r} has {fixed}"
@@ -243,7 +236,8 @@ def build_dataset(data: DictConfig, split: str, transform: Callable | None) -> D
     dataset = data.dataset
     path = data.train_path if split == "train" else data.val_path
     thresholds = {"many_threshold": data.many_threshold, "few_threshold": data.few_threshold}
-    if dataset == "synthetic_lt":
+    f = F.facts(dataset)
+    if f.source == "generated":
         from solo_ext.data.synthetic import SyntheticLT
 
         s = data.synthetic
@@ -258,7 +252,7 @@ def build_dataset(data: DictConfig, split: str, transform: Callable | None) -> D
             transform=transform,
             **thresholds,
         )
-    if dataset in SPLIT_FILE_DATASETS:
+    if f.source == "split_files":
         return lt.split_file_dataset(
             _split_file(data, "train_split_file"),
             _split_file(data, "val_split_file"),
@@ -269,20 +263,19 @@ def build_dataset(data: DictConfig, split: str, transform: Callable | None) -> D
             transform=transform,
             **thresholds,
         )
-    name = _cifar_name(dataset)
-    if name:
-        cls, n_max = CIFAR[name]
-        base = cls(
+    if f.source == "torchvision":
+        base = _torchvision(dataset)(
             path,
             train=split == "train",
-            transform=None if dataset.endswith("_lt") else transform,
+            transform=transform if not f.long_tailed else None,
             download=data.download,
         )
-        if not dataset.endswith("_lt"):
+        if not f.long_tailed:
             return base
+        n_max = f.images_per_class
         return _long_tailed(data, split, base, base.targets, base.classes, n_max, transform)
     key = "data.train_path" if split == "train" else "data.val_path"
-    if dataset == "custom_lt":
+    if f.long_tailed:  # an image folder cut to a long-tailed profile
         base = _image_folder(path, data.bad_images, key)
         n_max = data.lt_n_max
         if n_max is None:  # the largest profile every class of the source can fill
@@ -367,15 +360,15 @@ def long_tail_counts(data: DictConfig) -> list[int] | None:
 
     CIFAR-LT's counts are its profile: nothing is read (or downloaded) to know them.
     """
-    name = _cifar_name(data.dataset)
-    if name and data.dataset in LONG_TAILED:
+    f = F.facts(data.dataset)
+    if f.long_tailed and f.images_per_class is not None:
         from solo_ext.data.longtail import lt_counts
 
-        return lt_counts(CIFAR[name][1], data.num_classes, data.imbalance_factor)
-    if data.dataset in LONG_TAILED:
+        return lt_counts(f.images_per_class, data.num_classes, data.imbalance_factor)
+    if f.long_tailed:
         quick = OmegaConf.merge(data, {"bad_images": "off"})  # counting opens no image
         return train_class_counts(build_dataset(quick, "train", None))
-    if data.dataset == "custom":
+    if f.counts_file:
         return counts_json(data)
     return None
 

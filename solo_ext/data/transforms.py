@@ -120,7 +120,7 @@ def normalize(dataset: str, aug: DictConfig | None = None) -> T.Normalize:
     take ``mean`` / ``std`` from the augmentation config when it gives them, as solo-learn does
     for ``custom``."""
     mean, std = facts(dataset).stats
-    if aug is not None and facts(dataset).solo_name == "custom":
+    if aug is not None and facts(dataset).stats_from_config:
         mean, std = aug.get("mean", mean), aug.get("std", std)
     return T.Normalize(mean, std)
 

@@ -44,6 +44,7 @@ import torch.nn.functional as F
 from omegaconf import DictConfig
 
 from solo_ext.config import ConfigError, Option
+from solo_ext.data.facts import facts
 from solo_ext.host import gather, omegaconf_select
 from solo_ext.losses.paco import gpaco_loss, paco_log_prior, paco_loss
 from solo_ext.methods.base import QUEUE_STARTS, MomentumQueueMethod
@@ -52,15 +53,17 @@ from solo_ext.modules import LabeledQueue, build_mlp
 
 def training_class_counts(cfg: DictConfig, method: str) -> list[int]:
     """The run's training images per class (``data.train_class_counts``); equal counts when the
-    dataset is balanced and does not carry them (solo-learn's CIFAR and ImageNet)."""
+    dataset is balanced and does not carry them (solo-learn's CIFAR and ImageNet). A
+    long-tailed dataset's counts are filled in before the model is built (both doors)."""
     counts = omegaconf_select(cfg, "data.train_class_counts")
     if counts:
         return [int(c) for c in counts]
     dataset = omegaconf_select(cfg, "data.dataset")
-    if dataset == "custom":
+    f = facts(dataset)
+    if not f.balanced and not f.long_tailed:  # an image folder whose profile is not known
         raise ConfigError(
-            f"data.dataset='custom' with method={method!r}: the loss needs the training class "
-            "counts, which an image folder does not give; use data.dataset=custom_lt"
+            f"data.dataset={dataset!r} with method={method!r}: the loss needs the training "
+            "class counts, which this image folder does not give (custom_lt does)"
         )
     return [1] * int(cfg.data.num_classes)
 

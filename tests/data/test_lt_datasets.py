@@ -64,7 +64,12 @@ def test_cifar100_lt_builder_end_to_end(tmp_path, monkeypatch):
     _fake_cifar(tmp_path, "cifar10", n_per_file=20)  # 100 train images, 10 per class
     monkeypatch.setattr(tvd.CIFAR10, "_check_integrity", lambda self: True)
     monkeypatch.setattr(tvd.cifar, "check_integrity", lambda *a, **k: True)
-    monkeypatch.setitem(ds.CIFAR, "cifar10", (tvd.CIFAR10, 10))  # n_max 10 for tiny data
+    import dataclasses
+
+    from solo_ext.data import facts
+
+    tiny = dataclasses.replace(facts.DATASETS["cifar10_lt"], images_per_class=10)
+    monkeypatch.setitem(facts.DATASETS, "cifar10_lt", tiny)  # n_max 10 for tiny data
     cfg = OmegaConf.create(
         {"data": {"dataset": "cifar10_lt", "train_path": str(tmp_path), "imbalance_factor": 10}}
     )
