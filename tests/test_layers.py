@@ -1,6 +1,6 @@
-"""The package is a stack: the core (losses, modules, data, eval, config, common) imports neither
-the host nor Lightning nor anything above it; the host builds on the bottom of the core only (no
-evaluation, no methods); the methods and the commands sit on top."""
+"""The package is a stack, declared once in ``solo_ext/layers.py``: every import of every file is
+held to it (each pair of layers, the core's included), the core imports neither a host nor
+Lightning, the import-graph tool groups by it and the README's Layout shows it."""
 
 from __future__ import annotations
 
@@ -13,26 +13,27 @@ from pathlib import Path
 import pytest
 
 import solo_ext
+from solo_ext.layers import CORE, LAYERS, layer_of, may_import, render
 
 PACKAGE = Path(solo_ext.__file__).parent
-CORE = ("solo_ext.common", "solo_ext.config", "solo_ext.losses", "solo_ext.modules")
-CORE += ("solo_ext.data", "solo_ext.eval", "solo_ext.run_backbone")
-BOTTOM = ("solo_ext.common", "solo_ext.losses", "solo_ext.modules")  # below data and config
+ROOT = PACKAGE.parent
 FRAMEWORKS = ("lightning", "pytorch_lightning", "solo")  # solo-learn's package is ``solo``
+FILES = sorted(PACKAGE.rglob("*.py"))
 
 
 def _module_name(path: Path) -> str:
-    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    parts = path.relative_to(ROOT).with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def _modules_under(prefix: str) -> list[Path]:
-    base = PACKAGE.parent / prefix.replace(".", "/")
-    return sorted(base.rglob("*.py")) if base.is_dir() else [base.with_suffix(".py")]
+def _is_module(name: str) -> bool:
+    path = ROOT / name.replace(".", "/")
+    return path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
 
 
 def _imports(path: Path) -> set[str]:
-    """Every absolute import of a file, at module level or inside functions."""
+    """Every absolute import of a file (module level or inside functions); ``from a import b``
+    counts ``a`` and, when it is a module, ``a.b``."""
     found = set()
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
@@ -40,47 +41,39 @@ def _imports(path: Path) -> set[str]:
         elif isinstance(node, ast.ImportFrom):
             assert node.level == 0, f"{path}: relative import (the layers test reads absolute ones)"
             found.add(node.module)
+            found.update(
+                f"{node.module}.{a.name}"
+                for a in node.names
+                if _is_module(f"{node.module}.{a.name}")
+            )
     return found
 
 
-def _within(name: str, prefixes: tuple[str, ...]) -> bool:
-    return any(name == p or name.startswith(p + ".") for p in prefixes)
-
-
-def _layer_files(prefixes: tuple[str, ...]) -> list[Path]:
-    return [path for prefix in prefixes for path in _modules_under(prefix)]
-
-
-@pytest.mark.parametrize("path", _layer_files(CORE), ids=_module_name)
-def test_core_imports_only_core(path):
+@pytest.mark.parametrize("path", FILES, ids=_module_name)
+def test_every_import_goes_down_the_stack(path):
+    layer = layer_of(_module_name(path))
+    allowed = may_import(layer)
     wrong = sorted(
-        name
+        f"{name} ({layer_of(name)})"
         for name in _imports(path)
-        if _within(name, FRAMEWORKS) or (_within(name, ("solo_ext",)) and not _within(name, CORE))
+        if layer_of(name) is not None and layer_of(name) not in allowed
+    )
+    assert not wrong, f"{_module_name(path)} ({layer}) imports {wrong}; it may import {allowed}"
+
+
+@pytest.mark.parametrize(
+    "path", [p for p in FILES if layer_of(_module_name(p)) in CORE], ids=_module_name
+)
+def test_the_core_imports_no_host_and_no_lightning(path):
+    wrong = sorted(
+        n for n in _imports(path) if n.split(".")[0] in FRAMEWORKS or layer_of(n) == "host"
     )
     assert not wrong, f"{_module_name(path)} imports {wrong}: the core imports no host/Lightning"
 
 
-@pytest.mark.parametrize("path", _layer_files(BOTTOM), ids=_module_name)
-def test_losses_and_modules_import_only_the_bottom(path):
-    wrong = sorted(
-        n for n in _imports(path) if _within(n, ("solo_ext",)) and not _within(n, BOTTOM)
-    )
-    assert not wrong, f"{_module_name(path)} imports {wrong}: losses and modules are the bottom"
-
-
-@pytest.mark.parametrize("path", _layer_files(("solo_ext.host",)), ids=_module_name)
-def test_host_builds_on_the_bottom_only(path):
-    allowed = BOTTOM + ("solo_ext.host", "solo_ext.data.facts")
-    wrong = sorted(
-        n for n in _imports(path) if _within(n, ("solo_ext",)) and not _within(n, allowed)
-    )
-    assert not wrong, f"{_module_name(path)} imports {wrong}: the host sits on the bottom only"
-
-
 def test_importing_the_whole_core_loads_no_host_and_no_lightning():
     """What the static walk cannot see (an import by name at run time) shows in sys.modules."""
-    names = [_module_name(p) for p in _layer_files(CORE)]
+    names = [_module_name(p) for p in FILES if layer_of(_module_name(p)) in CORE]
     code = (
         "import importlib, json, sys\n"
         f"for name in {names!r}:\n"
@@ -92,3 +85,26 @@ def test_importing_the_whole_core_loads_no_host_and_no_lightning():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert json.loads(out.stdout.strip().splitlines()[-1]) == []
     assert len(names) > 20  # the walk found the package
+
+
+def test_every_layer_holds_a_file_and_sees_only_layers_below():
+    order = [name for name, *_ in LAYERS]
+    for name, _, allowed, _ in LAYERS:
+        assert all(order.index(a) < order.index(name) for a in allowed), name
+        assert any(layer_of(_module_name(p)) == name for p in FILES), name
+
+
+def test_the_import_graph_tool_groups_by_the_declared_layers():
+    sys.path.insert(0, str(ROOT / "tools"))
+    try:
+        import import_graph
+    finally:
+        sys.path.remove(str(ROOT / "tools"))
+    for path in FILES:
+        name = _module_name(path)
+        assert import_graph.group(name) == layer_of(name), name
+
+
+def test_the_readme_shows_the_declared_stack():
+    readme = (ROOT / "README.md").read_text()
+    assert render() in readme

@@ -5,10 +5,10 @@
     python tools/import_graph.py /tmp/old/solo_ext   # as it was at <commit>
 
 Every ``import`` and ``from ... import`` of every file (module level and inside functions) is read
-with ``ast``; a file belongs to the group of its place in the stack (the README's Layout), and an
-arrow ``a --> b`` means some file of ``a`` imports some module of ``b`` (its label: how many
-files do). Arrows that break the stack (the core to the host or to Lightning, the host to the
-evaluation) are drawn dashed and listed after the graph.
+with ``ast``; a file belongs to its layer of the stack (``solo_ext/layers.py``, which the
+README's Layout shows), and an arrow ``a --> b`` means some file of ``a`` imports some module of
+``b`` (its label: how many files do). Arrows that break the stack (an import a layer does not
+declare, the core to Lightning or solo-learn) are drawn dashed and listed after the graph.
 """
 
 from __future__ import annotations
@@ -18,21 +18,11 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-# group of a module, by the longest matching prefix (relative to the package)
-GROUPS = {
-    "common": "bottom",
-    "losses": "bottom",
-    "modules": "bottom",
-    "config": "core",
-    "data.facts": "facts",  # the dataset table: the one part of data the host reads
-    "data": "core",
-    "eval": "core",
-    "run_backbone": "core",  # the run's backbone into an evaluation config
-    "host": "host",
-    "methods": "methods",
-}
+# the stack as the package declares it (solo_ext/layers.py; run from a checkout with the
+# package importable): the group of a module is its layer
+from solo_ext.layers import CORE, layer_of, may_import  # noqa: E402
+
 EXTERNAL = {"lightning": "Lightning", "pytorch_lightning": "Lightning", "solo": "solo-learn"}
-CORE = {"bottom", "facts", "core"}
 
 
 def group(module: str) -> str | None:
@@ -40,13 +30,7 @@ def group(module: str) -> str | None:
     top = module.split(".")[0]
     if top in EXTERNAL:
         return EXTERNAL[top]
-    if top != "solo_ext":
-        return None
-    parts = module.split(".")[1:]
-    for n in range(len(parts), 0, -1):
-        if ".".join(parts[:n]) in GROUPS:
-            return GROUPS[".".join(parts[:n])]
-    return "commands"
+    return layer_of(module)
 
 
 def imports(path: Path, package: str) -> set[str]:
@@ -76,8 +60,9 @@ def edges(root: Path) -> Counter[tuple[str, str]]:
 
 
 def breaks(source: str, target: str) -> bool:
-    up = target in {"host", "methods", "commands", "Lightning", "solo-learn"}
-    return (source in CORE and up) or (source == "host" and target in {"core", "methods"})
+    if target in EXTERNAL.values():
+        return source in CORE
+    return target not in may_import(source)
 
 
 def main(root: str) -> None:

@@ -1,0 +1,107 @@
+"""The package's stack, declared once: ``tests/test_layers.py`` holds every import to it,
+``tools/import_graph.py`` groups the import graph by it, and the README's Layout shows
+:func:`render` of it (a test compares them). Data: nothing of the package is imported here.
+
+Each layer lists its modules (prefixes relative to the package; a module belongs to the layer
+with the longest matching prefix, the commands take the rest) and the layers it may import
+(itself always). The core (``facts`` up to ``run_backbone``) imports neither the host nor
+Lightning; the host sees only the bottom and the dataset facts.
+"""
+
+from __future__ import annotations
+
+import textwrap
+
+# bottom first: (name, modules, layers it may import besides itself, what it holds)
+LAYERS: tuple[tuple[str, tuple[str, ...], tuple[str, ...], str], ...] = (
+    (
+        "bottom",
+        ("common", "losses", "modules", "layers"),
+        (),
+        "losses/ (pure functions), modules/ (heads, queues, support set, ResNet-32, the "
+        "small-image stem, patch pooling, the kNN vote), common.py, layers.py",
+    ),
+    ("facts", ("data.facts",), ("bottom",), "data/facts.py: every fact about a dataset name"),
+    ("config", ("config",), ("bottom", "facts"), "config.py: options, checks, run defaults"),
+    (
+        "data",
+        ("data",),
+        ("bottom", "facts", "config"),
+        "data/ (datasets, samplers, transforms, DALI, PBSD views)",
+    ),
+    (
+        "eval",
+        ("eval",),
+        ("bottom", "facts", "config", "data"),
+        "eval/ (long-tail report, kNN, head, shot groups, dense probe metrics)",
+    ),
+    (
+        "run_backbone",
+        ("run_backbone",),
+        ("bottom", "config"),
+        "run_backbone.py: a run's backbone into an evaluation config",
+    ),
+    (
+        "host",
+        ("host",),
+        ("bottom", "facts"),
+        "host/ (solo-learn when importable, else standalone/)",
+    ),
+    (
+        "methods",
+        ("methods",),
+        ("bottom", "facts", "config", "data", "eval", "host"),
+        "methods/ (one file per method)",
+    ),
+    (
+        "commands",
+        ("",),
+        ("bottom", "facts", "config", "data", "eval", "run_backbone", "host", "methods"),
+        "pretrain.py knn.py linear.py linear_stage.py dense_probe.py make_lt.py leaderboard/ "
+        "bench/ cli.py runs.py checkpoint.py resume.py registry.py environment.py bridge.py "
+        "bridge_check.py _autoload.py",
+    ),
+)
+# the layers that import neither a host nor Lightning
+CORE = ("bottom", "facts", "config", "data", "eval", "run_backbone")
+
+
+def layer_of(module: str) -> str | None:
+    """The layer of ``solo_ext.<...>`` (None for a module outside the package)."""
+    parts = module.split(".")
+    if parts[0] != "solo_ext":
+        return None
+    rest = ".".join(parts[1:])
+    best, length = "commands", -1
+    for name, prefixes, _, _ in LAYERS:
+        for prefix in prefixes:
+            hit = prefix == "" or rest == prefix or rest.startswith(prefix + ".")
+            if hit and len(prefix) > length:
+                best, length = name, len(prefix)
+    return best
+
+
+def may_import(layer: str) -> tuple[str, ...]:
+    """The layers ``layer`` may import: itself and those it declares."""
+    for name, _, allowed, _ in LAYERS:
+        if name == layer:
+            return (name, *allowed)
+    raise KeyError(layer)
+
+
+def render() -> str:
+    """The stack as the README's Layout shows it, top first."""
+    width = max(len(name) for name, *_ in LAYERS)
+    indent = " " * (width + 2)
+    lines = []
+    for name, _, allowed, holds in reversed(LAYERS):
+        sees = ", ".join(allowed) or "nothing else"
+        text = f"{holds}; imports: {sees}"
+        wrapped = textwrap.wrap(text, 98 - len(indent))
+        lines.append(f"{name:<{width}}  {wrapped[0]}")
+        lines += [indent + line for line in wrapped[1:]]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(render())
