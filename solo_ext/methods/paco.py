@@ -135,6 +135,11 @@ class PaCo(MomentumQueueMethod):
     def learnable_params(self) -> list[dict[str, Any]]:
         return super().learnable_params + [{"name": "head", "params": self.head.parameters()}]
 
+    @property
+    def momentum_pairs(self) -> list[tuple[Any, Any]]:
+        """GPaCo has no momentum encoder: no EMA is updated at each step."""
+        return [] if self.gpaco else super().momentum_pairs
+
     def head_logits(self, feats: torch.Tensor) -> torch.Tensor:
         return self.head(feats)
 
