@@ -101,8 +101,8 @@ def _check_solo_ext_keys(cfg: Any, module: ModuleType) -> dict[str, Any] | None:
     the sampler's arguments (None: no ``data.sampler``)."""
     from omegaconf import OmegaConf
 
-    from solo_ext.config import ConfigError
-    from solo_ext.data.datasets import fill_data_cfg
+    from solo_ext.config import ConfigError, declared
+    from solo_ext.data.datasets import DATA_KEYS, fill_data_cfg
     from solo_ext.data.samplers import fill_sampler_cfg
     from solo_ext.eval.classifier_stage import fill_classifier_stage
     from solo_ext.registry import SOLO_EXT_METHODS, load
@@ -118,20 +118,20 @@ def _check_solo_ext_keys(cfg: Any, module: ModuleType) -> dict[str, Any] | None:
         # the classifier stage: published on a long-tailed dataset unless the config says
         fill_classifier_stage(cfg)
     dataset = OmegaConf.select(cfg, "data.dataset", default=None)
-    data_format = OmegaConf.select(cfg, "data.format", default="image_folder")
+    data_format = declared(cfg, "data.format", DATA_KEYS)
     sampler = fill_sampler_cfg(cfg, total_epochs=OmegaConf.select(cfg, "max_epochs"))
     if sampler is not None:
-        if OmegaConf.select(cfg, "data.no_labels", default=False):
+        if declared(cfg, "data.no_labels", DATA_KEYS):
             raise ConfigError(
                 f"data.sampler.name={sampler['name']!r} with data.no_labels=true: "
                 "the samplers draw by class and need the labels"
             )
         sampler.setdefault("seed", OmegaConf.select(cfg, "seed", default=run_default("seed")))
     if data_format == "dali" and (sampler is not None or dataset in SOLO_EXT_ONLY):
-        from solo_ext.data.dali import check_dali, dali_device
+        from solo_ext.data.dali import check_dali, dali_device, run_dali_device
 
         check_dali(cfg)
-        dali_device(OmegaConf.select(cfg, "dali.device", default="gpu"))  # solo-learn's default
+        dali_device(run_dali_device(cfg))
         name = "instance" if sampler is None else sampler["name"]
         _announce(
             f"data.format=dali: DALI reads the training images in the {name!r} sampler's order"

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from numbers import Integral, Real
+from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from solo_ext.common import did_you_mean
 from solo_ext.data.facts import SOLO_SMALL_STEM, facts
+from solo_ext.modules.knn import DISTANCES
 
 
 class ConfigError(ValueError):
@@ -20,7 +23,10 @@ class ConfigError(ValueError):
 
 def select(cfg: Any, key: str, default: Any = None) -> Any:
     """``cfg.<key>`` (dotted), or ``default`` when the key is missing or null (solo-learn's
-    "None" string counts as null): one behaviour on both hosts, for the layers below them."""
+    "None" string counts as null): one behaviour on both hosts, for the layers below them. A
+    plain dict (a run's ``args.json``) is read the same way."""
+    if isinstance(cfg, dict):
+        cfg = OmegaConf.create(cfg)
     value = OmegaConf.select(cfg, key, default=None)
     return default if value is None or value == "None" else value
 
@@ -84,7 +90,9 @@ class Option:
     section from that one table (``fill_options`` / ``check_options``).
 
     ``kind``: ``"int"``, ``"float"``, ``"bool"``, ``"str"`` (one of ``choices``), ``"text"``
-    (any string: a path, a name) or ``"pair"`` (``[low, high]``, both inside the bounds). A
+    (any string: a path, a name), ``"pair"`` (``[low, high]``, both inside the bounds) or
+    ``"devices"`` (Lightning's: a count, -1 for all, ``auto``, a list of indices or a string
+    of them, ``"0,1"``). A
     number kind may also take one of ``choices`` (DSCL's ``alpha: scl``). ``nullable``: None
     is a valid value (a default decided later).
     """
@@ -113,6 +121,8 @@ class Option:
             text = f"one of {sorted(self.choices)}"
         elif self.kind == "text":
             text = "a string"
+        elif self.kind == "devices":
+            text = "a count (-1: all), 'auto', a list of device indices or a string of them"
         else:
             noun = {
                 "int": "an integer",
@@ -142,6 +152,8 @@ class Option:
             return isinstance(value, bool)
         if self.kind == "text":
             return isinstance(value, str)
+        if self.kind == "devices":
+            return device_count(value) is not None
         if self.kind == "str" and isinstance(value, Integral) and not isinstance(value, bool):
             return str(value) in self.choices  # a choice spelt as a number (precision=32)
         if self.kind == "pair":
@@ -163,6 +175,8 @@ class Option:
             return ["yes", 1]
         if self.kind == "text":
             return [True]
+        if self.kind == "devices":
+            return [-2, "0,x", [0, -1], True]
         if self.kind == "str":
             return [f"{self.choices[0]}_typo"]
         below = None if self.low is None else (self.low if self.low_open else self.low - 1)
@@ -184,11 +198,37 @@ class Option:
         return [v for v in out if not self.valid(v)]  # (null in a config means the default)
 
 
+# the keys solo-learn's ``BaseMethod`` / ``BaseMomentumMethod`` fill, with solo-learn's defaults:
+# the embedded host fills them from here (a test holds solo-learn's own to them)
+HOST_OPTIONS: dict[str, Option] = {
+    "optimizer.exclude_bias_n_norm_wd": Option(False, "bool"),
+    "scheduler.interval": Option("step", "str", choices=("step", "epoch")),
+    "scheduler.warmup_epochs": Option(10, "float", 0),
+    "scheduler.min_lr": Option(0.0, "float", 0),
+    "scheduler.warmup_start_lr": Option(3e-5, "float", 0),
+    "momentum.base_tau": Option(0.99, "float", 0, 1),
+    "momentum.final_tau": Option(1.0, "float", 0, 1),
+    "momentum.classifier": Option(False, "bool"),
+    "knn_eval.enabled": Option(False, "bool"),
+    "knn_eval.k": Option(20, "int", 1),
+    "knn_eval.distance_func": Option("euclidean", "str", choices=DISTANCES),
+    "performance.disable_channel_last": Option(False, "bool"),
+    "accumulate_grad_batches": Option(1, "int", 1),
+}
+# the crop counts: solo-learn's parse_cfg counts them from ``augmentations`` (so does
+# solo-ext-pretrain); a method built from a config without them (the embedded host) takes these
+CROP_OPTIONS: dict[str, Option] = {
+    "data.num_large_crops": Option(2, "int", 1),
+    "data.num_small_crops": Option(0, "int", 0),
+}
+
 # the run's keys whose defaults the modules under the commands read too (the bridge, the
-# resumer), declared here once; solo-ext-pretrain's RUN_OPTIONS takes them in. The defaults are
-# solo-learn's.
+# resumer, the embedded host), declared here once; solo-ext-pretrain's RUN_OPTIONS takes them
+# in. The defaults are solo-learn's.
 CORE_RUN_OPTIONS: dict[str, Option] = {
+    **HOST_OPTIONS,
     "seed": Option(5, "int", 0),
+    "devices": Option(1, "devices"),
     "optimizer.classifier_lr": Option(0.1, "float", 0, low_open=True),
     "optimizer.weight_decay": Option(0.0, "float", 0),
     "optimizer.kwargs.momentum": Option(0.9, "float", 0, 1, high_open=True),
@@ -205,6 +245,59 @@ CORE_RUN_OPTIONS: dict[str, Option] = {
     "num_nodes": Option(1, "int", 1),
     "debug_augmentations": Option(False, "bool"),
 }
+
+
+# what solo-ext reads of ``backbone.kwargs`` (the rest goes to the backbone's constructor)
+BACKBONE_OPTIONS: dict[str, Option] = {
+    "backbone.kwargs.small_image_stem": Option(False, "bool"),
+    "backbone.kwargs.patch_size": Option(16, "int", 1),
+}
+
+
+def declared(cfg: Any, key: str, options: Mapping[str, Option]) -> Any:
+    """``cfg.<key>``, or the default ``options`` declare for it when missing or null."""
+    return select(cfg, key, options[key].default)
+
+
+class _InConf:
+    """The default of an option that its command's packaged conf file states."""
+
+    def __repr__(self) -> str:
+        return "<in the packaged conf file>"
+
+
+# the default of an evaluation command's option: the value ``solo_ext/conf/<command>.yaml``
+# gives it (that file is the default's one home; :func:`conf_options` reads it)
+IN_CONF: Any = _InConf()
+_ABSENT = object()
+
+
+def packaged_conf(command: str) -> DictConfig:
+    """The packaged defaults of an evaluation command, ``solo_ext/conf/<command>.yaml``."""
+    return OmegaConf.load(Path(__file__).parent / "conf" / f"{command}.yaml")
+
+
+def conf_options(command: str, options: Mapping[str, Option]) -> dict[str, Option]:
+    """``options`` with each ``IN_CONF`` default read from the command's packaged conf file.
+
+    A key that the file states must be declared ``IN_CONF``, and an ``IN_CONF`` key must be in
+    the file: a default written in both places stops the import.
+    """
+    conf = packaged_conf(command)
+    out = {}
+    for key, option in options.items():
+        value = OmegaConf.select(conf, key, default=_ABSENT)
+        if (value is _ABSENT) == (option.default is IN_CONF):
+            where = "is not in" if value is _ABSENT else "is in"
+            raise RuntimeError(
+                f"solo_ext/conf/{command}.yaml: {key!r} {where} the file but its declaration "
+                f"says {option.default!r}: one home for a default"
+            )
+        if value is not _ABSENT:
+            value = OmegaConf.to_container(value) if OmegaConf.is_config(value) else value
+            option = dataclasses.replace(option, default=value)
+        out[key] = option
+    return out
 
 
 def run_default(key: str) -> Any:
@@ -240,29 +333,35 @@ def check_options(cfg: DictConfig, section: str, options: Mapping[str, Option]) 
         option.check(f"{section}.{key}", values.get(key))
 
 
+def device_count(devices: Any) -> int | None:
+    """The processes per node that a ``devices`` value asks for (-1 and 'auto' count as one
+    here), or None when it is not one Lightning takes."""
+    if isinstance(devices, bool):
+        return None
+    if isinstance(devices, int):
+        return max(devices, 1) if devices >= -1 else None
+    if devices in ("auto", "-1"):
+        return 1
+    if isinstance(devices, str):
+        parts = [p.strip() for p in devices.split(",") if p.strip()]
+        if devices.isdigit():
+            return int(devices)
+        return len(parts) if parts and all(p.isdigit() for p in parts) else None
+    if isinstance(devices, (list, tuple, ListConfig)) and all(
+        isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in devices
+    ):
+        return len(devices)
+    return None
+
+
 def world_size(cfg: DictConfig) -> int:
     """Processes of a run: ``devices`` (an int, a list, or solo-learn's "0,1" string) x
     ``num_nodes``."""
-    devices = cfg.get("devices", 1)
-    if isinstance(devices, int) and not isinstance(devices, bool) and devices >= -1:
-        n = max(devices, 1)
-    elif devices in (None, "auto", "-1"):
-        n = 1
-    elif isinstance(devices, str) and devices.isdigit():
-        n = int(devices)
-    elif isinstance(devices, str) and all(p.strip().isdigit() for p in devices.split(",") if p):
-        n = len([p for p in devices.split(",") if p])
-    elif isinstance(devices, (list, tuple, ListConfig)) and all(
-        isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in devices
-    ):
-        n = len(devices)
-    else:
-        shown = list(devices) if isinstance(devices, ListConfig) else devices
-        raise ConfigError(
-            f"devices={shown!r}: must be a count (-1: all), 'auto', a list of device indices, "
-            "or a string of them ('0,1')"
-        )
-    return n * int(cfg.get("num_nodes") or 1)
+    devices = declared(cfg, "devices", CORE_RUN_OPTIONS)
+    count = device_count(devices)
+    if count is None:  # (where no start checked it before: solo-learn's own scripts)
+        CORE_RUN_OPTIONS["devices"].check("devices", devices)
+    return count * int(declared(cfg, "num_nodes", CORE_RUN_OPTIONS))
 
 
 def fill_stem_option(cfg: DictConfig) -> None:

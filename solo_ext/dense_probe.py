@@ -23,7 +23,7 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from solo_ext.cli import hydra_entry
-from solo_ext.config import ConfigError, Option, check_given
+from solo_ext.config import IN_CONF, ConfigError, Option, check_given, conf_options, fill_defaults
 from solo_ext.data.datasets import build_dataset
 from solo_ext.data.facts import DATASETS, facts
 from solo_ext.data.synthetic import PART_CLASSES
@@ -66,21 +66,25 @@ class DenseProbe(pl.LightningModule):
         )
 
 
-# every key solo-ext-dense-probe reads, declared once (defaults in conf/dense_probe.yaml)
-OPTIONS: dict[str, Option] = {
-    "max_epochs": Option(20, "int", 1),
-    "optimizer.lr": Option(0.01, "float", 0, low_open=True),
-    "optimizer.weight_decay": Option(0.0, "float", 0),
-    "optimizer.batch_size": Option(64, "int", 1),
-    "num_plot": Option(6, "int", 0),
-    "seed": Option(5, "int", 0),
-}
+# every key solo-ext-dense-probe reads, declared once; the defaults are conf/dense_probe.yaml's
+OPTIONS: dict[str, Option] = conf_options(
+    "dense_probe",
+    {
+        "max_epochs": Option(IN_CONF, "int", 1),
+        "optimizer.lr": Option(IN_CONF, "float", 0, low_open=True),
+        "optimizer.weight_decay": Option(IN_CONF, "float", 0),
+        "optimizer.batch_size": Option(IN_CONF, "int", 1),
+        "num_plot": Option(IN_CONF, "int", 0),
+        "seed": Option(IN_CONF, "int", 0),
+    },
+)
 
 
 def run(cfg: DictConfig) -> dict[str, Any]:
     """Checks ``cfg`` (module docstring), trains the probe, returns the metrics."""
     OmegaConf.set_struct(cfg, False)
     check_given(cfg, OPTIONS)
+    fill_defaults(cfg, OPTIONS)  # (a whole config given with --config-name may leave keys out)
     backbone, pre_cfg, out_dir = load_for_eval(cfg)
     dataset = pre_cfg.data.dataset
     if not facts(dataset).part_labels:

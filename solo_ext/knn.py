@@ -18,7 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
 from solo_ext.cli import hydra_entry
-from solo_ext.config import Option, check_given
+from solo_ext.config import IN_CONF, Option, check_given, conf_options, fill_defaults
 from solo_ext.environment import environment
 from solo_ext.eval.common import report, split_features
 from solo_ext.eval.knn_classifier import DISTANCES, knn_predict
@@ -67,19 +67,23 @@ def evaluate_model(
     )
 
 
-# every key solo-ext-knn reads, declared once (defaults in conf/knn.yaml)
-OPTIONS: dict[str, Option] = {
-    "k": Option(20, "int", 1),
-    "temperature": Option(0.07, "float", 0, low_open=True),
-    "distance": Option("cosine", "str", choices=DISTANCES),
-    "batch_size": Option(256, "int", 1),
-}
+# every key solo-ext-knn reads, declared once; the defaults are conf/knn.yaml's
+OPTIONS: dict[str, Option] = conf_options(
+    "knn",
+    {
+        "k": Option(IN_CONF, "int", 1),
+        "temperature": Option(IN_CONF, "float", 0, low_open=True),
+        "distance": Option(IN_CONF, "str", choices=DISTANCES),
+        "batch_size": Option(IN_CONF, "int", 1),
+    },
+)
 
 
 def run(cfg: DictConfig) -> dict[str, Any]:
     """Checks ``cfg`` (see the module docstring), evaluates, returns the metrics."""
     OmegaConf.set_struct(cfg, False)
     check_given(cfg, OPTIONS)
+    fill_defaults(cfg, OPTIONS)  # (a whole config given with --config-name may leave keys out)
     backbone, pre_cfg, out_dir = load_for_eval(cfg)
     return evaluate_model(
         backbone, pre_cfg, cfg.k, cfg.temperature, cfg.distance, out_dir, cfg.batch_size

@@ -5,7 +5,8 @@
 Each layer lists its modules (prefixes relative to the package; a module belongs to the layer
 with the longest matching prefix, the commands take the rest) and the layers it may import
 (itself always). The core (``facts`` up to ``run_backbone``) imports neither the host nor
-Lightning; the host sees only the bottom and the dataset facts.
+Lightning; the host sees only the bottom, the dataset facts and the config's declarations (the
+defaults of solo-learn's base class).
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...], tuple[str, ...], str], ...] = (
     (
         "host",
         ("host",),
-        ("bottom", "facts"),
+        ("bottom", "facts", "config"),
         "host/ (solo-learn when importable, else standalone/)",
     ),
     (

@@ -36,6 +36,7 @@ accepted without being used (nor are the ``scheduler`` keys other than ``name`` 
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
@@ -46,8 +47,16 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, TensorDataset
 
 from solo_ext.cli import hydra_entry
-from solo_ext.config import Option, check_given, select
-from solo_ext.data.datasets import build_dataset, targets_of
+from solo_ext.config import (
+    IN_CONF,
+    Option,
+    check_given,
+    conf_options,
+    declared,
+    fill_defaults,
+    select,
+)
+from solo_ext.data.datasets import DATA_KEYS, build_dataset, targets_of
 from solo_ext.data.samplers import build_sampler, fill_sampler_cfg
 from solo_ext.data.transforms import build_eval_transform
 from solo_ext.environment import environment
@@ -65,6 +74,7 @@ from solo_ext.linear_stage import (
     SGDSchedule,
     train_transform,
 )
+from solo_ext.pretrain import RUN_OPTIONS
 from solo_ext.runs import load_for_eval
 
 # top-level keys of solo-learn's linear configs that this command accepts and does not use
@@ -77,19 +87,27 @@ SOLO_LINEAR_KEYS = (
 Callbacks = Sequence[pl.Callback]
 Result = tuple[torch.Tensor, torch.Tensor, Dataset]  # validation scores and labels, training set
 
-# every key solo-ext-linear reads, declared once (defaults in conf/linear.yaml)
+# every key solo-ext-linear reads, declared once; the defaults are conf/linear.yaml's (the
+# schedule's and the classifier stage's too, declared where they are read)
 OPTIONS: dict[str, Option] = {
-    "max_epochs": Option(100, "int", 1),
-    "feature_norm": Option(True, "bool"),
-    "optimizer.name": Option("sgd", "str", choices=("sgd",)),
-    "optimizer.lr": Option(0.1, "float", 0, low_open=True),
-    "optimizer.weight_decay": Option(0.0, "float", 0),
-    "optimizer.batch_size": Option(256, "int", 1),
+    **conf_options(
+        "linear",
+        {
+            "max_epochs": Option(IN_CONF, "int", 1),
+            "feature_norm": Option(IN_CONF, "bool"),
+            "optimizer.name": Option("sgd", "str", choices=("sgd",)),
+            "optimizer.lr": Option(IN_CONF, "float", 0, low_open=True),
+            "optimizer.weight_decay": Option(IN_CONF, "float", 0),
+            "optimizer.batch_size": Option(IN_CONF, "int", 1),
+            "dali.device": Option(IN_CONF, "str", choices=("gpu", "cpu"), nullable=True),
+            "enable_progress_bar": Option(True, "bool"),
+            "seed": Option(IN_CONF, "int", 0),
+            "accelerator": dataclasses.replace(RUN_OPTIONS["accelerator"], default=IN_CONF),
+            "devices": Option(IN_CONF, "devices"),
+        },
+    ),
     **SCHEDULE_OPTIONS,
     **CLASSIFIER_STAGE_OPTIONS,
-    "dali.device": Option(None, "str", choices=("gpu", "cpu"), nullable=True),
-    "enable_progress_bar": Option(True, "bool"),
-    "seed": Option(5, "int", 0),
 }
 
 
@@ -128,13 +146,13 @@ def _dali_loader(
 ) -> Any:
     """The stage's DALI loader (``data.format=dali``): the configured sampler's order (a seeded
     uniform one when none), the stage's crops as a DALI graph, on ``dali.device``."""
-    from solo_ext.data.dali import DALIAugmentation, dali_device, dali_loader
+    from solo_ext.data.dali import DALIAugmentation, dali_device, dali_loader, run_dali_device
 
     args = {"seed": cfg.seed, **(sampler_args or {"name": "instance"})}
     sampler = build_sampler(args.pop("name"), targets_of(train_set), **args)
     dataset = pre_cfg.data.dataset
     entry = train_augmentation_entry(dataset, cfg.train_augmentation)
-    device = select(cfg, "dali.device") or select(pre_cfg, "dali.device", "gpu")
+    device = select(cfg, "dali.device") or run_dali_device(pre_cfg)
     return dali_loader(
         train_set,
         sampler,
@@ -142,7 +160,7 @@ def _dali_loader(
         kind="classification",
         batch_size=cfg.optimizer.batch_size,
         device=dali_device(device),
-        num_workers=select(pre_cfg, "data.num_workers", 4),
+        num_workers=declared(pre_cfg, "data.num_workers", DATA_KEYS),
         seed=cfg.seed,
     )
 
@@ -158,7 +176,7 @@ def _fit(
         devices=cfg.devices,
         logger=False,
         enable_checkpointing=False,
-        enable_progress_bar=select(cfg, "enable_progress_bar", True),
+        enable_progress_bar=declared(cfg, "enable_progress_bar", OPTIONS),
         use_distributed_sampler=not isinstance(train.sampler, DistributedSampler),
         callbacks=list(callbacks),
     )
@@ -200,7 +218,7 @@ def _on_images(
 ) -> Result:
     """The published stage: the classifier trained on augmented images through the frozen
     backbone, then tested once with the backbone (and its statistics) in eval mode."""
-    data, workers = pre_cfg.data, select(pre_cfg, "data.num_workers", 0)
+    data, workers = pre_cfg.data, declared(pre_cfg, "data.num_workers", DATA_KEYS)
     if data.format == "dali":
         train_set = build_dataset(data, "train", None)
         train: Any = _dali_loader(cfg, pre_cfg, train_set, sampler_args)
@@ -234,6 +252,7 @@ def run(cfg: DictConfig, callbacks: Callbacks = ()) -> dict[str, Any]:
     the Lightning trainer), tests it and returns the metrics."""
     OmegaConf.set_struct(cfg, False)
     check_given(cfg, OPTIONS)
+    fill_defaults(cfg, OPTIONS)  # (a whole config given with --config-name may leave keys out)
     SGDSchedule.from_cfg(cfg)  # a step schedule without its epochs stops here
     fill_sampler_cfg(cfg, total_epochs=cfg.max_epochs)  # a sampler given here, before the run
     backbone, pre_cfg, out_dir = load_for_eval(cfg)

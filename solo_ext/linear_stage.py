@@ -16,7 +16,7 @@ from omegaconf import DictConfig, ListConfig
 from torch import nn
 from torchvision import transforms as T
 
-from solo_ext.config import ConfigError, Option, select
+from solo_ext.config import IN_CONF, ConfigError, Option, conf_options, declared, select
 from solo_ext.data.facts import facts
 from solo_ext.data.transforms import normalize
 from solo_ext.eval.classifier_stage import init_classifier, published_train_transform
@@ -49,11 +49,15 @@ class EpochList(Option):
         return ["many", [0], [3, 2], [1.5]]
 
 
-SCHEDULE_OPTIONS: dict[str, Option] = {
-    "optimizer.kwargs.momentum": Option(0.9, "float", 0, 1, high_open=True),
-    "scheduler.name": Option("warmup_cosine", "str", choices=SCHEDULERS),
-    "scheduler.lr_decay_steps": EpochList(None, "list", nullable=True),
-}
+# the defaults are solo-ext-linear's packaged conf file's
+SCHEDULE_OPTIONS: dict[str, Option] = conf_options(
+    "linear",
+    {
+        "optimizer.kwargs.momentum": Option(IN_CONF, "float", 0, 1, high_open=True),
+        "scheduler.name": Option(IN_CONF, "str", choices=SCHEDULERS),
+        "scheduler.lr_decay_steps": EpochList(IN_CONF, "list", nullable=True),
+    },
+)
 
 
 @dataclass(frozen=True)
@@ -71,7 +75,7 @@ class SGDSchedule:
     def from_cfg(cls, cfg: DictConfig) -> SGDSchedule:
         """From a checked ``solo-ext-linear`` config: ``optimizer.lr`` is per 256 images and
         scaled by ``optimizer.batch_size`` (solo-learn's rule); ``step`` needs its epochs."""
-        name = select(cfg, "scheduler.name", "warmup_cosine")
+        name = declared(cfg, "scheduler.name", SCHEDULE_OPTIONS)
         steps = select(cfg, "scheduler.lr_decay_steps")
         if name == "step" and steps is None:
             raise ConfigError(
@@ -80,7 +84,7 @@ class SGDSchedule:
             )
         return cls(
             lr=cfg.optimizer.lr * cfg.optimizer.batch_size / 256,
-            momentum=select(cfg, "optimizer.kwargs.momentum", 0.9),
+            momentum=declared(cfg, "optimizer.kwargs.momentum", SCHEDULE_OPTIONS),
             weight_decay=cfg.optimizer.weight_decay,
             epochs=cfg.max_epochs,
             scheduler=name,

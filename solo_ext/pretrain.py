@@ -28,17 +28,20 @@ from solo_ext.checkpoint import check_fits, checkpoint_callbacks, new_run_id, re
 from solo_ext.cli import hydra_entry
 from solo_ext.common import did_you_mean
 from solo_ext.config import (
+    BACKBONE_OPTIONS,
     CORE_RUN_OPTIONS,
+    HOST_OPTIONS,
     ConfigError,
     Option,
     check_choice,
     check_given,
+    declared,
     fill_defaults,
     fill_stem_option,
     require,
     world_size,
 )
-from solo_ext.data.dali import dali_crops, dali_device, dali_loader
+from solo_ext.data.dali import dali_crops, dali_device, dali_loader, run_dali_device
 from solo_ext.data.datasets import (
     IndexedNCrop,
     build_dataset,
@@ -54,7 +57,6 @@ from solo_ext.data.transforms import (
 )
 from solo_ext.environment import of_trainer
 from solo_ext.host import BACKBONES, METHODS, build_backbone, omegaconf_select
-from solo_ext.modules.knn import DISTANCES
 from solo_ext.registry import register
 from solo_ext.resume import AtomicCheckpointIO, EpochSeed, find_auto_resume
 
@@ -74,21 +76,9 @@ RUN_OPTIONS: dict[str, Option] = {
     "max_epochs": Option(None, "int", 1),
     "optimizer.batch_size": Option(None, "int", 1),
     "optimizer.lr": Option(None, "float", 0, low_open=True),
-    "optimizer.exclude_bias_n_norm_wd": Option(False, "bool"),
-    "scheduler.interval": Option("step", "str", choices=("step", "epoch")),
-    "scheduler.warmup_epochs": Option(10, "float", 0),
-    "scheduler.min_lr": Option(0.0, "float", 0),
-    "scheduler.warmup_start_lr": Option(3e-5, "float", 0),
-    "momentum.base_tau": Option(0.99, "float", 0, 1),
-    "momentum.final_tau": Option(1.0, "float", 0, 1),
-    "knn_eval.enabled": Option(False, "bool"),
-    "knn_eval.k": Option(20, "int", 1),
-    "knn_eval.distance_func": Option("euclidean", "str", choices=DISTANCES),
-    "performance.disable_channel_last": Option(False, "bool"),
-    "accumulate_grad_batches": Option(1, "int", 1),
     "log_every_n_steps": Option(50, "int", 1),
     # Lightning's Trainer arguments of solo-learn's configs and the README, with the choices
-    # Lightning itself registers (``devices``: checked with the world size)
+    # Lightning itself registers
     "precision": Option(
         "32-true",
         "str",
@@ -108,11 +98,6 @@ RUN_OPTIONS: dict[str, Option] = {
     "enable_progress_bar": Option(True, "bool"),
     "deterministic": Option(False, "bool", choices=("warn",)),
     "benchmark": Option(None, "bool", nullable=True),
-}
-# what solo-ext reads of ``backbone.kwargs`` (the rest goes to the backbone's constructor)
-BACKBONE_OPTIONS: dict[str, Option] = {
-    "backbone.kwargs.small_image_stem": Option(False, "bool"),
-    "backbone.kwargs.patch_size": Option(16, "int", 1),
 }
 
 
@@ -195,7 +180,6 @@ def parse_cfg(cfg: DictConfig) -> DictConfig:
     check_choice("scheduler.name", omegaconf_select(cfg, "scheduler.name"), method_cls._SCHEDULERS)
     check_given(cfg, RUN_OPTIONS)
     check_given(cfg, BACKBONE_OPTIONS)
-    world_size(cfg)  # devices: a count, 'auto', indices
     fill_data_cfg(cfg)
     fill_stem_option(cfg)
     check_backbone_kwargs(cfg)
@@ -205,21 +189,22 @@ def parse_cfg(cfg: DictConfig) -> DictConfig:
     if cfg.resume_from_checkpoint is not None and not Path(cfg.resume_from_checkpoint).is_file():
         raise ConfigError(f"resume_from_checkpoint={cfg.resume_from_checkpoint!r}: no such file")
     # the declared defaults of the run's keys (seed, checkpoint, auto_resume, wandb, ...)
-    fill_defaults(cfg, {k: o for k, o in CORE_RUN_OPTIONS.items() if not k.startswith("optim")})
+    # (the host's own keys are the host's to fill: HOST_OPTIONS)
+    run_keys = {k: o for k, o in CORE_RUN_OPTIONS.items() if k not in HOST_OPTIONS}
+    fill_defaults(cfg, {k: o for k, o in run_keys.items() if not k.startswith("optim")})
     fill_defaults(
         cfg, {k: RUN_OPTIONS[k] for k in ("optimizer.classifier_lr", "optimizer.weight_decay")}
     )
     cfg.wandb.entity = omegaconf_select(cfg, "wandb.entity", None)
     for key in ("strategy", "accelerator"):
         cfg[key] = omegaconf_select(cfg, key, RUN_OPTIONS[key].default)
-    cfg.devices = omegaconf_select(cfg, "devices", 1)  # (a count, 'auto' or indices: undeclared)
 
     augs = cfg.augmentations
     for i in range(len(augs)):
         require(cfg, f"augmentations.{i}.crop_size", f"augmentations.{i}.num_crops")
     check_augmentations(cfg)
     if cfg.backbone.name.startswith("vit"):  # a crop must hold at least one patch
-        patch = omegaconf_select(cfg, "backbone.kwargs.patch_size", 16)
+        patch = declared(cfg, "backbone.kwargs.patch_size", BACKBONE_OPTIONS)
         for i, aug in enumerate(augs):
             if aug.crop_size < patch:
                 raise ConfigError(
@@ -287,7 +272,7 @@ def build_loaders(cfg: DictConfig) -> tuple[DataLoader, DataLoader | None]:
             transform,
             kind="pretrain",
             batch_size=cfg.optimizer.batch_size,
-            device=dali_device(omegaconf_select(cfg, "dali.device", "gpu")),
+            device=dali_device(run_dali_device(cfg)),
             num_workers=workers,
             seed=cfg.seed,
         )

@@ -12,12 +12,12 @@ import importlib
 import pytest
 from conftest import eval_cfg, tiny_cfg
 
-from solo_ext.config import ConfigError, Option
+from solo_ext.config import BACKBONE_OPTIONS, ConfigError, Option
 from solo_ext.data.datasets import DATA_KEYS
 from solo_ext.data.samplers import SAMPLER_OPTIONS
 from solo_ext.data.transforms import AUGMENTATION_OPTIONS
 from solo_ext.host import METHODS
-from solo_ext.pretrain import BACKBONE_OPTIONS, RUN_OPTIONS, parse_cfg, run
+from solo_ext.pretrain import RUN_OPTIONS, parse_cfg, run
 from solo_ext.registry import SOLO_EXT_METHODS, register
 
 register()

@@ -31,7 +31,8 @@ import numpy as np
 import torch
 from omegaconf import DictConfig
 
-from solo_ext.config import ConfigError, select
+from solo_ext.config import ConfigError, Option, declared
+from solo_ext.data.datasets import DATA_KEYS
 from solo_ext.data.samplers import LongTailSampler
 
 # solo-learn's mixed-decoder paddings (nvJPEG's buffers, sized for ImageNet)
@@ -46,6 +47,19 @@ def dali_installed() -> bool:
     return True
 
 
+# solo-learn's ``dali`` section as solo-ext reads it (the default is solo-learn's)
+DALI_OPTIONS: dict[str, Option] = {
+    "dali.device": Option("gpu", "str", choices=("gpu", "cpu")),
+}
+
+
+def run_dali_device(cfg: DictConfig) -> str:
+    """``dali.device`` of a run's config (its declared default when not given), checked."""
+    device = declared(cfg, "dali.device", DALI_OPTIONS)
+    DALI_OPTIONS["dali.device"].check("dali.device", device)
+    return device
+
+
 def check_dali(cfg: DictConfig) -> None:
     """``data.format=dali`` needs DALI, and a sampled DALI loader reads the whole training set
     (no ``data.fraction``); one line naming the key."""
@@ -53,15 +67,13 @@ def check_dali(cfg: DictConfig) -> None:
         raise ConfigError(
             "data.format='dali': NVIDIA DALI is not installed (pip install -e '.[dali]')"
         )
-    fraction = select(cfg, "data.fraction", -1.0)
+    fraction = declared(cfg, "data.fraction", DATA_KEYS)
     if fraction is not None and 0 < fraction < 1:
         raise ConfigError(
             f"data.fraction={fraction!r} with data.format='dali' and a solo-ext sampler or "
             "dataset: the sampled DALI loader reads the whole training set"
         )
-    device = select(cfg, "dali.device", "gpu")
-    if device not in ("gpu", "cpu"):
-        raise ConfigError(f"dali.device={device!r}: not one of ['cpu', 'gpu']")
+    run_dali_device(cfg)
 
 
 def dali_device(device: str) -> str:
@@ -227,6 +239,7 @@ class DALIAugmentation:
         from solo_ext.data.transforms import (
             _checked,
             _get,
+            augmentation_value,
             crop_scale,
             flip_prob,
             normalize,
@@ -249,7 +262,7 @@ class DALIAugmentation:
         self.interpolation = _checked(aug, "rrc.interpolation")
         self.jitter_p = float(_get(aug, "color_jitter.prob"))
         self.gray_p = float(_get(aug, "grayscale.prob"))
-        self.blur_p = float(select(aug, "gaussian_blur.prob", _get(aug, "gaussian_prob")))
+        self.blur_p = float(augmentation_value(aug, "gaussian_blur.prob"))
         self.solar_p = float(_get(aug, "solarization.prob"))
         self.flip_p = float(flip_prob(aug))
         norm = normalize(dataset, aug)

@@ -23,6 +23,7 @@ from solo_ext.config import (
 )
 from solo_ext.data import facts as F
 from solo_ext.data import lt_datasets as lt
+from solo_ext.data.synthetic import SYNTHETIC_OPTIONS, check_synthetic
 
 # the torchvision class of each dataset whose images torchvision reads (by its solo-learn name)
 TORCHVISION = {"cifar10": tvd.CIFAR10, "cifar100": tvd.CIFAR100}
@@ -58,13 +59,6 @@ LT_OPTIONS: dict[str, Option] = {
     "imbalance_factor": Option(None, "float", 1, nullable=True),
     "lt_seed": Option(0, "int", 0),
     "lt_n_max": Option(None, "int", 1, nullable=True),
-}
-# ``data.synthetic`` of synthetic_lt
-SYNTHETIC_OPTIONS: dict[str, Option] = {
-    "n_max": Option(200, "int", 1),
-    "val_per_class": Option(20, "int", 1),
-    "image_size": Option(32, "int", 8),
-    "seed": Option(0, "int", 0),
 }
 # all of them by their dotted key from the config's root (what a command checks when given)
 DATA_KEYS: dict[str, Option] = {
@@ -162,7 +156,7 @@ def fill_data_cfg(cfg: DictConfig) -> DictConfig:
     if f.source == "generated":
         expected = select(cfg, "data.num_classes", f.default_classes)
         fill_options(cfg, "data.synthetic", SYNTHETIC_OPTIONS)
-        _check_synthetic(expected, data)
+        check_synthetic(expected, data.synthetic.n_max, data.imbalance_factor)
     elif f.source == "torchvision":
         expected = f.classes
         data.val_path = data.val_path or data.train_path  # torchvision keeps both splits
@@ -209,23 +203,6 @@ def fill_data_cfg(cfg: DictConfig) -> DictConfig:
         raise ConfigError(f"data.num_classes={given}: the data has {expected} classes")
     data.num_classes = expected
     return cfg
-
-
-def _check_synthetic(classes: int, data: DictConfig) -> None:
-    """What synthetic_lt can make: distinct class recipes, and an image in the tail class."""
-    from solo_ext.data.longtail import lt_counts
-    from solo_ext.data.synthetic import MAX_CLASSES
-
-    if classes > MAX_CLASSES:
-        raise ConfigError(
-            f"data.num_classes={classes}: synthetic_lt makes at most {MAX_CLASSES} classes"
-        )
-    n_max = data.synthetic.n_max
-    if lt_counts(n_max, classes, data.imbalance_factor)[-1] < 1:
-        raise ConfigError(
-            f"data.imbalance_factor={data.imbalance_factor!r}: leaves the tail class with no "
-            f"image at data.synthetic.n_max={n_max}"
-        )
 
 
 def build_dataset(data: DictConfig, split: str, transform: Callable | None) -> Dataset[Any]:

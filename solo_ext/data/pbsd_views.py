@@ -25,8 +25,8 @@ from PIL import Image
 from torchvision import transforms as T
 from torchvision.transforms import functional as TF
 
-from solo_ext.config import select
 from solo_ext.data.transforms import (
+    augmentation_value,
     build_augmentation,
     crop_interpolation,
     crop_scale,
@@ -60,7 +60,7 @@ class PBSDViews:
         patch_size: int,
     ):
         self.size = int(query.crop_size)
-        self.rrc = bool(select(query, "rrc.enabled", True))
+        self.rrc = bool(augmentation_value(query, "rrc.enabled"))
         self.scale = crop_scale(query)
         self.interpolation = crop_interpolation(query)
         self.flip = flip_prob(query)

@@ -17,8 +17,18 @@ import numpy as np
 import torch
 from PIL import Image
 
-from solo_ext.data.facts import FEW_THRESHOLD, MANY_THRESHOLD
+from solo_ext.config import ConfigError, Option
+from solo_ext.data.facts import FEW_THRESHOLD, MANY_THRESHOLD, facts
 from solo_ext.data.longtail import _check_int, lt_counts, shot_groups
+
+# ``data.synthetic`` of synthetic_lt, declared once: the config's defaults and the constructor's
+SYNTHETIC_OPTIONS: dict[str, Option] = {
+    "n_max": Option(200, "int", 1),
+    "val_per_class": Option(20, "int", 1),
+    "image_size": Option(32, "int", 8),
+    "seed": Option(0, "int", 0),
+}
+_FACTS = facts("synthetic_lt")
 
 COLOURS: dict[str, tuple[float, float, float]] = {
     "red": (0.85, 0.15, 0.15),
@@ -42,6 +52,21 @@ _FIELD_SIZES = (len(COLOURS), len(SHAPES), len(TEXTURES), len(COLOURS), len(SHAP
 MAX_CLASSES = int(np.prod(_FIELD_SIZES)) // 2
 _CLASS_STREAM, _SPLIT_STREAM = 0, {"train": 1, "val": 2}
 _CHUNK = 512  # images rendered at once; bounds float32 temporaries at large image sizes
+
+
+def check_synthetic(num_classes: int, n_max: int, imbalance_factor: float) -> None:
+    """What synthetic_lt can make: distinct class recipes, and an image in the tail class; one
+    line naming the key and the value (the config's check and the constructor's)."""
+    if num_classes > MAX_CLASSES:
+        raise ConfigError(
+            f"data.num_classes={num_classes}: synthetic_lt makes at most {MAX_CLASSES} classes "
+            "(distinct part combinations)"
+        )
+    if lt_counts(n_max, num_classes, imbalance_factor)[-1] < 1:
+        raise ConfigError(
+            f"data.imbalance_factor={imbalance_factor!r}: leaves the tail class with no image "
+            f"at data.synthetic.n_max={n_max}"
+        )
 
 
 class ClassRecipe(NamedTuple):
@@ -170,12 +195,12 @@ class SyntheticLT(torch.utils.data.Dataset):
     def __init__(
         self,
         split: str = "train",
-        num_classes: int = 20,
-        n_max: int = 200,
-        imbalance_factor: float = 10.0,
-        val_per_class: int = 20,
-        image_size: int = 32,
-        seed: int = 0,
+        num_classes: int = _FACTS.default_classes,
+        n_max: int = SYNTHETIC_OPTIONS["n_max"].default,
+        imbalance_factor: float = _FACTS.default_imbalance,
+        val_per_class: int = SYNTHETIC_OPTIONS["val_per_class"].default,
+        image_size: int = SYNTHETIC_OPTIONS["image_size"].default,
+        seed: int = SYNTHETIC_OPTIONS["seed"].default,
         transform: Callable[[Image.Image], Any] | None = None,
         many_threshold: int = MANY_THRESHOLD,
         few_threshold: int = FEW_THRESHOLD,
@@ -183,22 +208,13 @@ class SyntheticLT(torch.utils.data.Dataset):
         if split not in _SPLIT_STREAM:
             raise ValueError(f"data.split={split!r}: must be one of {sorted(_SPLIT_STREAM)}")
         num_classes = _check_int("num_classes", num_classes, 2)
-        if num_classes > MAX_CLASSES:
-            raise ValueError(
-                f"data.num_classes={num_classes}: must be <= {MAX_CLASSES} so that distinct "
-                "part combinations exist"
-            )
+        check_synthetic(num_classes, n_max, imbalance_factor)
         val_per_class = _check_int("val_per_class", val_per_class, 1)
         image_size = _check_int("image_size", image_size, 8)
         seed = _check_int("seed", seed, 0)
         if transform is not None and not callable(transform):
             raise ValueError(f"data.transform={transform!r}: must be callable or None")
         self.train_class_counts = lt_counts(n_max, num_classes, imbalance_factor)
-        if self.train_class_counts[-1] < 1:
-            raise ValueError(
-                f"data.imbalance_factor={imbalance_factor!r}: leaves the tail class with no image "
-                f"at data.n_max={n_max}"
-            )
         self.shot_groups = shot_groups(self.train_class_counts, many_threshold, few_threshold)
         self.split, self.image_size, self.seed, self.transform = split, image_size, seed, transform
         self.recipes = make_recipes(num_classes, seed)

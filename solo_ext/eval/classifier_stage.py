@@ -28,14 +28,20 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
-from solo_ext.config import Option, check_given, select
+from solo_ext.config import IN_CONF, Option, check_given, conf_options, select
 from solo_ext.data.facts import facts
 
-CLASSIFIER_STAGE_OPTIONS: dict[str, Option] = {
-    "backbone_bn": Option(None, "str", choices=("train", "eval"), nullable=True),
-    "classifier_init": Option(None, "str", choices=("normal", "default"), nullable=True),
-    "train_augmentation": Option(None, "str", choices=("published", "solo-learn"), nullable=True),
-}
+# null: decided by the dataset (below); the defaults are solo-ext-linear's packaged conf file's
+CLASSIFIER_STAGE_OPTIONS: dict[str, Option] = conf_options(
+    "linear",
+    {
+        "backbone_bn": Option(IN_CONF, "str", choices=("train", "eval"), nullable=True),
+        "classifier_init": Option(IN_CONF, "str", choices=("normal", "default"), nullable=True),
+        "train_augmentation": Option(
+            IN_CONF, "str", choices=("published", "solo-learn"), nullable=True
+        ),
+    },
+)
 # each key's value for (long-tailed, balanced) datasets when the config does not give it
 _BY_DATASET = {
     "backbone_bn": ("train", "eval"),

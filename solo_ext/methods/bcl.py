@@ -37,7 +37,14 @@ import torch.nn.functional as F
 from omegaconf import DictConfig
 from torch import nn
 
-from solo_ext.config import ConfigError, Option, check_options, fill_options
+from solo_ext.config import (
+    CROP_OPTIONS,
+    ConfigError,
+    Option,
+    check_options,
+    declared,
+    fill_options,
+)
 from solo_ext.host import BaseMethod, gather, omegaconf_select
 from solo_ext.losses.bcl import (
     BCLLoss,
@@ -92,7 +99,7 @@ class BCL(SoloExtMethod, BaseMethod):
         fill_options(cfg, "method_kwargs", cls.METHOD_KWARGS)
         check_options(cfg, "method_kwargs", cls.METHOD_KWARGS)
         large = omegaconf_select(cfg, "data.num_large_crops")
-        small = omegaconf_select(cfg, "data.num_small_crops", 0) or 0
+        small = declared(cfg, "data.num_small_crops", CROP_OPTIONS)
         if large is not None and (large, small) not in ((NUM_VIEWS, 0), SOLO_LEARN_SPLIT):
             raise ConfigError(
                 f"data.num_large_crops={large}: method='bcl' takes {NUM_VIEWS} crops of one size "

@@ -43,7 +43,7 @@ import torch
 import torch.nn.functional as F
 from omegaconf import DictConfig
 
-from solo_ext.config import ConfigError, Option
+from solo_ext.config import HOST_OPTIONS, ConfigError, Option, declared
 from solo_ext.data.facts import facts
 from solo_ext.host import gather, omegaconf_select
 from solo_ext.losses.paco import gpaco_loss, paco_log_prior, paco_loss
@@ -97,7 +97,7 @@ class PaCo(MomentumQueueMethod):
                 f"method_kwargs.label_smoothing={kw.label_smoothing}: GPaCo's option; set "
                 "method_kwargs.gpaco=true"
             )
-        if kw.gpaco and omegaconf_select(cfg, "momentum.classifier", False):
+        if kw.gpaco and declared(cfg, "momentum.classifier", HOST_OPTIONS):
             raise ConfigError(
                 "momentum.classifier=true with method_kwargs.gpaco=true: GPaCo has no momentum "
                 "encoder to classify with"

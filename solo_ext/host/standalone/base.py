@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from omegaconf import DictConfig
 from torch import nn
 
+from solo_ext.config import CROP_OPTIONS, HOST_OPTIONS, fill_defaults
 from solo_ext.host.standalone.backbones import BACKBONES, build_backbone, feature_dim
 from solo_ext.host.standalone.momentum import MomentumUpdater, initialize_momentum_params
 from solo_ext.host.standalone.optim import OPTIMIZERS, SCHEDULERS, step_schedule, warmup_cosine
@@ -97,7 +98,8 @@ class BaseMethod(pl.LightningModule):
 
     @staticmethod
     def add_and_assert_specific_cfg(cfg: DictConfig) -> DictConfig:
-        """Fills the base defaults (solo-learn's) and checks the keys every method needs."""
+        """Fills the base defaults (solo-learn's, declared in ``HOST_OPTIONS``) and checks the
+        keys every method needs."""
         for key in (
             "backbone",
             "optimizer",
@@ -114,24 +116,10 @@ class BaseMethod(pl.LightningModule):
                 f"{sorted(BaseMethod._BACKBONES)}"
             )
         cfg.backbone.kwargs = omegaconf_select(cfg, "backbone.kwargs", {})
-        cfg.optimizer.exclude_bias_n_norm_wd = omegaconf_select(
-            cfg, "optimizer.exclude_bias_n_norm_wd", False
-        )
         cfg.optimizer.kwargs = omegaconf_select(cfg, "optimizer.kwargs", {})
-        cfg.accumulate_grad_batches = omegaconf_select(cfg, "accumulate_grad_batches", 1)
         cfg.scheduler.lr_decay_steps = omegaconf_select(cfg, "scheduler.lr_decay_steps", None)
-        cfg.scheduler.min_lr = omegaconf_select(cfg, "scheduler.min_lr", 0.0)
-        cfg.scheduler.warmup_start_lr = omegaconf_select(cfg, "scheduler.warmup_start_lr", 3e-5)
-        cfg.scheduler.warmup_epochs = omegaconf_select(cfg, "scheduler.warmup_epochs", 10)
-        cfg.scheduler.interval = omegaconf_select(cfg, "scheduler.interval", "step")
-        cfg.knn_eval.enabled = omegaconf_select(cfg, "knn_eval.enabled", False)
-        cfg.knn_eval.k = omegaconf_select(cfg, "knn_eval.k", 20)
-        cfg.knn_eval.distance_func = omegaconf_select(cfg, "knn_eval.distance_func", "euclidean")
-        cfg.performance.disable_channel_last = omegaconf_select(
-            cfg, "performance.disable_channel_last", False
-        )
-        cfg.data.num_large_crops = omegaconf_select(cfg, "data.num_large_crops", 2)
-        cfg.data.num_small_crops = omegaconf_select(cfg, "data.num_small_crops", 0)
+        fill_defaults(cfg, {k: o for k, o in HOST_OPTIONS.items() if not k.startswith("momentum.")})
+        fill_defaults(cfg, CROP_OPTIONS)
         checks = {
             "optimizer.name": (cfg.optimizer.get("name"), tuple(BaseMethod._OPTIMIZERS)),
             "scheduler.name": (cfg.scheduler.get("name"), BaseMethod._SCHEDULERS),
@@ -303,9 +291,7 @@ class BaseMomentumMethod(BaseMethod):
     def add_and_assert_specific_cfg(cfg: DictConfig) -> DictConfig:
         cfg = super(BaseMomentumMethod, BaseMomentumMethod).add_and_assert_specific_cfg(cfg)
         _section(cfg, "momentum")
-        cfg.momentum.base_tau = omegaconf_select(cfg, "momentum.base_tau", 0.99)
-        cfg.momentum.final_tau = omegaconf_select(cfg, "momentum.final_tau", 1.0)
-        cfg.momentum.classifier = omegaconf_select(cfg, "momentum.classifier", False)
+        fill_defaults(cfg, {k: o for k, o in HOST_OPTIONS.items() if k.startswith("momentum.")})
         return cfg
 
     @property
