@@ -172,11 +172,10 @@ def training_runs(out_dir: Path, rank: int) -> dict:
         return original(self, index)
 
     IndexedNCrop.__getitem__ = recording
-    from solo_ext.methods.dscl import DSCL
     from solo_ext.methods.scl import SCL
 
     anchors: list[int] = []  # the in-batch set's size, per contrastive loss
-    losses = {cls: cls.contrastive_loss for cls in (SCL, DSCL)}  # (PBSD's is DSCL's)
+    losses = {SCL: SCL.contrastive_loss}  # (the whole supervised family's)
 
     def counting(loss):
         def count(self, q, k, labels, queue):

@@ -140,7 +140,8 @@ def test_a_nan_on_one_process_stops_every_process_at_that_step(ranks):
 
 
 @pytest.mark.parametrize(
-    "method,per_loss", [("scl", 4), ("dscl", 4), ("pbsd", 4), ("dscl_batch_gather", 8)]
+    "method,per_loss",
+    [("scl", 4), ("dscl", 4), ("pbsd", 4), ("kcl", 4), ("tsc", 4), ("dscl_batch_gather", 8)],
 )
 def test_the_in_batch_set_is_each_process_own_batch(ranks, method, per_loss):
     """As the published code (``cat(q, k, queue)`` before any gather): each process contrasts

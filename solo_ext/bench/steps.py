@@ -158,9 +158,9 @@ def _batches(n: int, cfg: DictConfig) -> DataLoader:
     shape = (batch_size, 3, crop_size, crop_size)
     views = [torch.randn(*shape, generator=gen) for _ in range(cfg.data.num_large_crops)]
     method = METHODS[cfg.method]
-    if getattr(method, "pretrain_transform", None) and method.pretrain_transform(cfg) is not None:
-        boxes = cfg.method_kwargs.num_boxes
-        size = method.patch_size(cfg)
+    transform = getattr(method, "pretrain_transform", lambda _: None)(cfg)
+    if transform is not None:  # the loader's PBSD views: their patches and boxes
+        boxes, size = transform.num_boxes, transform.patch_size
         views.append(torch.randn(batch_size, boxes, 3, size, size, generator=gen))
         views.append(sample_boxes(batch_size, boxes, crop_size, crop_size, generator=gen).round())
     labels = torch.randint(0, 10, (batch_size,), generator=gen)

@@ -8,6 +8,7 @@ across keys; they stay thin.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from typing import Any
 
@@ -26,7 +27,7 @@ from solo_ext.host import (
     omegaconf_select,
 )
 from solo_ext.modules import build_mlp
-from solo_ext.modules.feature_maps import feature_map
+from solo_ext.modules.feature_maps import feature_map, last_feature_map
 from solo_ext.modules.queue import KeyQueue, LabeledQueue
 
 
@@ -258,11 +259,25 @@ class MomentumQueueMethod(SoloExtMethod, BaseMomentumMethod):
     def momentum_pairs(self) -> list[tuple[Any, Any]]:
         return super().momentum_pairs + [(self.projector, self.momentum_projector)]
 
+    def wants_feature_map(self, momentum: bool) -> bool:
+        """Whether a training step reads the last feature map of the online (or momentum)
+        backbone: PBSD's teacher, DenseCL's dense term. Then ``forward`` (``momentum_forward``)
+        adds it as ``fmap``, from the host's own pass."""
+        return False
+
+    def _tap(self, backbone: torch.nn.Module, momentum: bool) -> Any:
+        wanted = self.training and self.wants_feature_map(momentum)
+        return last_feature_map(backbone) if wanted else contextlib.nullcontext()
+
     def forward(self, X: torch.Tensor) -> dict[str, Any]:
-        """The host's outputs plus the projection ``proj`` and its normalisation ``z``."""
-        out = super().forward(X)
+        """The host's outputs plus the projection ``proj``, its normalisation ``z`` and, where
+        the step asks for it, the backbone's last feature map ``fmap``."""
+        with self._tap(self.backbone, momentum=False) as tap:
+            out = super().forward(X)
         proj = self.projector(out["feats"])
         out.update(proj=proj, z=F.normalize(proj, dim=-1))
+        if tap is not None:
+            out["fmap"] = tap.map
         return out
 
     def channels_last(self, X: torch.Tensor) -> torch.Tensor:
@@ -270,15 +285,13 @@ class MomentumQueueMethod(SoloExtMethod, BaseMomentumMethod):
         sets ``performance.disable_channel_last``)."""
         return X if self.no_channel_last else X.to(memory_format=torch.channels_last)
 
-    def backbone_map(self, backbone: torch.nn.Module, X: torch.Tensor) -> tuple[Any, Any]:
-        """(last feature map [B, C, h, w], pooled features [B, C]) of ``backbone`` on ``X``, from
-        one pass; the pooled features are exactly what the host's forward gives."""
-        return feature_map(backbone, self.channels_last(X))
-
     @torch.no_grad()
     def momentum_forward(self, X: torch.Tensor) -> dict[str, Any]:
-        out = super().momentum_forward(X)
+        with self._tap(self.momentum_backbone, momentum=True) as tap:
+            out = super().momentum_forward(X)
         out["z"] = F.normalize(self.momentum_projector(out["feats"]), dim=-1)
+        if tap is not None:
+            out["fmap"] = tap.map
         return out
 
     def enqueue_after_step(self, queue: KeyQueue | LabeledQueue, *tensors: torch.Tensor) -> None:

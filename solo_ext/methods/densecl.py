@@ -96,35 +96,39 @@ class DenseCL(MomentumQueueMethod):
     def momentum_pairs(self) -> list[tuple[Any, Any]]:
         return super().momentum_pairs + [(self.dense_projector, self.momentum_dense_projector)]
 
-    def _dense(self, backbone, dense_projector, X: torch.Tensor) -> dict[str, Any]:
-        """Pooled features, the backbone map [B, C, S] and the dense projections [B, D, S]."""
-        fmap, feats = self.backbone_map(backbone, X)
+    @property
+    def dense_enabled(self) -> bool:
+        return self.cfg.method_kwargs["lambda"] > 0
+
+    def wants_feature_map(self, momentum: bool) -> bool:
+        return self.dense_enabled  # both backbones' maps (queries and keys)
+
+    def _dense(self, out: dict[str, Any], dense_projector: torch.nn.Module) -> dict[str, Any]:
+        """The map ``fmap`` of the host's pass, pooled to ``grid_size`` and flattened
+        [B, C, S], and its dense projections ``dense`` [B, D, S] (not normalised)."""
+        fmap = out["fmap"]
         grid = self.cfg.method_kwargs.grid_size
         if grid is not None:
             fmap = F.adaptive_avg_pool2d(fmap, grid)
         fmap = fmap.flatten(2)
         dense = dense_projector(fmap.transpose(1, 2)).transpose(1, 2)
-        return {"feats": feats, "fmap": fmap, "dense": dense}
-
-    @property
-    def dense_enabled(self) -> bool:
-        return self.cfg.method_kwargs["lambda"] > 0
+        out.update(fmap=fmap, dense=dense)
+        return out
 
     def forward(self, X: torch.Tensor) -> dict[str, Any]:
-        if not (self.training and self.dense_enabled):
-            return super().forward(X)
-        out = self._dense(self.backbone, self.dense_projector, X)
-        out["logits"] = self.classifier(out["feats"].detach())
-        out["z"] = F.normalize(self.projector(out["feats"]), dim=-1)
-        out["dense"] = F.normalize(out["dense"], dim=1)
+        """The host's pass (with its map while training), then the dense branch."""
+        out = super().forward(X)
+        if "fmap" in out:
+            out = self._dense(out, self.dense_projector)
+            out["dense"] = F.normalize(out["dense"], dim=1)
         return out
 
     @torch.no_grad()
     def momentum_forward(self, X: torch.Tensor) -> dict[str, Any]:
-        if not (self.training and self.dense_enabled):
-            return super().momentum_forward(X)
-        out = self._dense(self.momentum_backbone, self.momentum_dense_projector, X)
-        out["z"] = F.normalize(self.momentum_projector(out["feats"]), dim=-1)
+        out = super().momentum_forward(X)
+        if "fmap" not in out:
+            return out
+        out = self._dense(out, self.momentum_dense_projector)
         # the dense negatives: the global average of each key's dense output
         out["dense_key"] = F.normalize(out["dense"].mean(dim=2), dim=1)
         out["dense"] = F.normalize(out["dense"], dim=1)

@@ -11,35 +11,32 @@ Extra config (``method_kwargs``, besides those of ``scl``):
 
 from __future__ import annotations
 
-import torch
 from omegaconf import DictConfig
 
 from solo_ext.config import ConfigError, Option
 from solo_ext.losses.dscl import dscl_loss
-from solo_ext.methods.scl import SCL
-from solo_ext.modules import LabeledQueue
+from solo_ext.methods.scl import SCL, Criterion
 
 OFFICIAL_BETA = 8.0
 
 
-class DSCL(SCL):
-    LOSS_NAME = "dscl"
-    METHOD_KWARGS: dict[str, Option] = {
-        **SCL.METHOD_KWARGS,
+class DecoupledLoss(Criterion):
+    """DSCL's loss as a part of the supervised step (``dscl``, and ``pbsd`` with its
+    distillation): the weights alpha / beta, and the loss of one direction."""
+
+    OPTIONS: dict[str, Option] = {
         "alpha": Option(None, "float", 0, 1, choices=("scl",), nullable=True),
         "beta": Option(None, "float", 0, nullable=True),
     }
 
     @classmethod
-    def fill_method_kwargs(cls, cfg: DictConfig) -> None:
-        super().fill_method_kwargs(cfg)
+    def fill(cls, cfg: DictConfig) -> None:
         kw = cfg.method_kwargs
         if kw.alpha is None and kw.beta is None:
             kw.beta = OFFICIAL_BETA
 
     @classmethod
-    def check_method_kwargs(cls, cfg: DictConfig) -> None:
-        super().check_method_kwargs(cfg)
+    def check(cls, cfg: DictConfig) -> None:
         kw = cfg.method_kwargs
         if kw.alpha is not None and kw.beta is not None:
             raise ConfigError(
@@ -47,10 +44,9 @@ class DSCL(SCL):
                 "the two, not both"
             )
 
-    def contrastive_loss(
-        self, q: torch.Tensor, k: torch.Tensor, labels: torch.Tensor, queue: LabeledQueue
-    ) -> torch.Tensor:
-        kw = self.cfg.method_kwargs
+    def __call__(self, q, k, labels, queue):
+        m = self.method
+        kw = m.cfg.method_kwargs
         return dscl_loss(
             q,
             k,
@@ -59,6 +55,12 @@ class DSCL(SCL):
             queue.labels,
             alpha=kw.alpha,
             beta=kw.beta,
-            temperature=self.temperature,
-            num_classes=self.num_classes,
+            temperature=m.temperature,
+            num_classes=m.num_classes,
         )
+
+
+class DSCL(SCL):
+    LOSS_NAME = "dscl"
+    CRITERION = DecoupledLoss
+    METHOD_KWARGS: dict[str, Option] = {**SCL.METHOD_KWARGS, **DecoupledLoss.OPTIONS}

@@ -40,8 +40,7 @@ from omegaconf import DictConfig
 from solo_ext.config import Option
 from solo_ext.host import gather
 from solo_ext.losses.kcl import kcl_loss, tsc_assign, tsc_loss, tsc_targets, tsc_update_centroids
-from solo_ext.methods.scl import SCL
-from solo_ext.modules import LabeledQueue
+from solo_ext.methods.scl import SCL, Criterion
 
 
 def _count(value: int | str) -> int | None:
@@ -49,41 +48,33 @@ def _count(value: int | str) -> int | None:
     return None if value == "all" else int(value)
 
 
-class KCL(SCL):
-    LOSS_NAME = "kcl"
-    METHOD_KWARGS: dict[str, Option] = {
-        **SCL.METHOD_KWARGS,
-        "k_pos": Option(6, "int", 0, choices=("all",)),
-    }
+class KPositiveLoss(Criterion):
+    """KCL's loss: a soft target over the key and at most ``k_pos`` same-class queue entries.
+    The queue starts as random unit keys with no label: negatives from the first step (the
+    official start), or, with ``queue_start: empty``, left out of the loss until written."""
 
-    def build_queue(self, kw: DictConfig) -> LabeledQueue:
-        """Random unit keys with no label: negatives from the first step (the official start),
-        or, with ``queue_start: empty``, left out of the loss until written."""
-        return LabeledQueue(kw.queue_size, kw.proj_output_dim)
+    OPTIONS: dict[str, Option] = {"k_pos": Option(6, "int", 0, choices=("all",))}
+    LABELLED_QUEUE_START = False
 
-    @property
-    def mask_empty(self) -> bool:
-        return self.cfg.method_kwargs.queue_start == "empty"
-
-    def contrastive_loss(
-        self, q: torch.Tensor, k: torch.Tensor, labels: torch.Tensor, queue: LabeledQueue
-    ) -> torch.Tensor:
+    def __call__(self, q, k, labels, queue):
+        m = self.method
         return kcl_loss(
             q,
             k,
             queue.keys,
             labels,
             queue.labels,
-            k_pos=_count(self.cfg.method_kwargs.k_pos),
-            temperature=self.temperature,
-            mask_empty=self.mask_empty,
+            k_pos=_count(m.cfg.method_kwargs.k_pos),
+            temperature=m.temperature,
+            mask_empty=m.mask_empty,
         )
 
 
-class TSC(KCL):
-    LOSS_NAME = "tsc"
-    METHOD_KWARGS: dict[str, Option] = {
-        **SCL.METHOD_KWARGS,
+class TargetedLoss(Criterion):
+    """TSC's loss: KCL with random same-class draws plus the class targets, after the KCL
+    epochs. Its state (centroids, targets) lives on the method, in its checkpoints."""
+
+    OPTIONS: dict[str, Option] = {
         "num_positive": Option(6, "int", 0, choices=("all",)),
         "target_weight": Option(0.2, "float", 0),
         "target_repeat": Option(1, "int", 1),
@@ -91,12 +82,53 @@ class TSC(KCL):
         "target_steps": Option(10000, "int", 1),
         "kcl_epochs": Option(None, "int", 0, nullable=True),
     }
+    LABELLED_QUEUE_START = False
 
     @classmethod
-    def fill_method_kwargs(cls, cfg: DictConfig) -> None:
-        super().fill_method_kwargs(cfg)
+    def fill(cls, cfg: DictConfig) -> None:
         if cfg.method_kwargs.kcl_epochs is None:  # the official split: the first half is KCL
             cfg.method_kwargs.kcl_epochs = int(cfg.max_epochs) // 2
+
+    def __call__(self, q, k, labels, queue):
+        """The class centroids move towards the step's queries (of every process, detached),
+        the targets are assigned to the classes, then the TSC loss of this step."""
+        m = self.method
+        kw = m.cfg.method_kwargs
+        targets = assignment = None  # the KCL epochs: the TSC code's KCL, no targets
+        if m.current_epoch >= kw.kcl_epochs:
+            if not bool(m.targets_made):  # a step outside a fit (tests)
+                m.make_targets()
+            m.centroids.copy_(tsc_update_centroids(m.centroids, gather(q.detach()), gather(labels)))
+            targets = m.targets
+            assignment = tsc_assign(m.centroids, targets).to(q.device)
+        out = tsc_loss(
+            q,
+            k,
+            queue.keys,
+            labels,
+            queue.labels,
+            targets,
+            assignment,
+            num_positive=_count(kw.num_positive),
+            temperature=m.temperature,
+            target_weight=kw.target_weight,
+            target_repeat=kw.target_repeat,
+            separate_target=kw.separate_target,
+            mask_empty=m.mask_empty,
+        )
+        return out.loss
+
+
+class KCL(SCL):
+    LOSS_NAME = "kcl"
+    CRITERION = KPositiveLoss
+    METHOD_KWARGS: dict[str, Option] = {**SCL.METHOD_KWARGS, **KPositiveLoss.OPTIONS}
+
+
+class TSC(SCL):
+    LOSS_NAME = "tsc"
+    CRITERION = TargetedLoss
+    METHOD_KWARGS: dict[str, Option] = {**SCL.METHOD_KWARGS, **TargetedLoss.OPTIONS}
 
     def __init__(self, cfg: DictConfig):
         super().__init__(cfg)
@@ -128,35 +160,3 @@ class TSC(KCL):
             targets = trainer.strategy.broadcast(targets, src=0)
         self.targets.copy_(targets.to(self.targets.device))
         self.targets_made.fill_(True)
-
-    def contrastive_loss(
-        self, q: torch.Tensor, k: torch.Tensor, labels: torch.Tensor, queue: LabeledQueue
-    ) -> torch.Tensor:
-        """The class centroids move towards the step's queries (of every process, detached),
-        the targets are assigned to the classes, then the TSC loss of this step."""
-        kw = self.cfg.method_kwargs
-        targets = assignment = None  # the KCL epochs: the TSC code's KCL, no targets
-        if self.current_epoch >= kw.kcl_epochs:
-            if not bool(self.targets_made):  # a step outside a fit (tests)
-                self.make_targets()
-            self.centroids.copy_(
-                tsc_update_centroids(self.centroids, gather(q.detach()), gather(labels))
-            )
-            targets = self.targets
-            assignment = tsc_assign(self.centroids, targets).to(q.device)
-        out = tsc_loss(
-            q,
-            k,
-            queue.keys,
-            labels,
-            queue.labels,
-            targets,
-            assignment,
-            num_positive=_count(kw.num_positive),
-            temperature=self.temperature,
-            target_weight=kw.target_weight,
-            target_repeat=kw.target_repeat,
-            separate_target=kw.separate_target,
-            mask_empty=self.mask_empty,
-        )
-        return out.loss

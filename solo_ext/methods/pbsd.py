@@ -1,6 +1,7 @@
 """``pbsd``: DSCL + patch-based self-distillation, the full method of Xuan & Zhang (AAAI 2024).
 
-On top of ``dscl``: L boxes in each image's first large crop (the query). The teacher is the
+The supervised step with DSCL's loss (``DecoupledLoss``) and one more part, the
+``PatchDistillation`` term: L boxes in each image's first large crop (the query). The teacher is the
 query encoder's last feature map ROI-aligned at each box (2x2, torchvision's defaults, then the
 mean) through the projector, without gradient; the student is the patch, through the query
 encoder (one batch of B per patch index, so BatchNorm sees each index apart, as published) and
@@ -39,12 +40,13 @@ import torch.nn.functional as F
 from lightning.pytorch.utilities import rank_zero_info
 from omegaconf import DictConfig, OmegaConf
 
-from solo_ext.config import ConfigError, Option
+from solo_ext.config import BACKBONE_OPTIONS, ConfigError, Option, declared, select
 from solo_ext.data.pbsd_views import PBSDViews
 from solo_ext.data.transforms import augmentation_value, crops_of, flip_prob, normalize
 from solo_ext.losses.pbsd import pbsd_loss
 from solo_ext.methods.base import require_spatial_map
-from solo_ext.methods.dscl import DSCL
+from solo_ext.methods.dscl import DecoupledLoss
+from solo_ext.methods.scl import SCL, StepTerm
 from solo_ext.modules.patches import DevicePatchAugment, crop_boxes, roi_pool, sample_boxes
 
 
@@ -66,10 +68,12 @@ def device_patch_augment(dataset: str, query: DictConfig) -> DevicePatchAugment:
     )
 
 
-class PBSD(DSCL):
+class PatchDistillation(StepTerm):
+    """PBSD's term of the step: the patches' projections (student) against the ROI-pooled
+    teacher of the query crop's map, over [k_i, queue], weighted by ``pbsd_weight``."""
+
     PATCH_SOURCES = ("loader", "device")
-    METHOD_KWARGS: dict[str, Option] = {
-        **DSCL.METHOD_KWARGS,
+    OPTIONS: dict[str, Option] = {
         "pbsd_weight": Option(1.5, "float", 0),
         "num_boxes": Option(5, "int", 1),
         "box_scale": Option([0.05, 0.6], "pair", 0, 1, low_open=True),
@@ -77,10 +81,10 @@ class PBSD(DSCL):
         "box_crop_size": Option(None, "int", 8, nullable=True),
         "patch_source": Option("loader", "str", choices=PATCH_SOURCES),
     }
+    NEEDS_FEATURE_MAP = True
 
     @classmethod
-    def check_method_kwargs(cls, cfg: DictConfig) -> None:
-        super().check_method_kwargs(cfg)
+    def check(cls, cfg: DictConfig) -> None:
         kw = cfg.method_kwargs
         kwargs = cfg.backbone.get("kwargs") or {}
         if str(cfg.backbone.name).startswith("vit") and not kwargs.get("dynamic_img_size"):
@@ -103,7 +107,7 @@ class PBSD(DSCL):
         crop = cfg.augmentations[0].crop_size
         size = size if size is not None else max(8, round(64 * crop / 224))
         if str(cfg.backbone.name).startswith("vit"):
-            patch = (cfg.backbone.get("kwargs") or {}).get("patch_size", 16)
+            patch = declared(cfg, "backbone.kwargs.patch_size", BACKBONE_OPTIONS)
             size = max(patch, round(size / patch) * patch)
         return size
 
@@ -111,7 +115,8 @@ class PBSD(DSCL):
     def fit_to_loader(cls, cfg: DictConfig, data_format: str) -> str | None:
         """DALI's reader cannot make the published patches: a DALI run cuts them on the
         device."""
-        source = OmegaConf.select(cfg, "method_kwargs.patch_source", default="loader")
+        default = cls.OPTIONS["patch_source"].default
+        source = select(cfg, "method_kwargs.patch_source", default)
         if data_format != "dali" or source != "loader":
             return None
         OmegaConf.update(cfg, "method_kwargs.patch_source", "device", force_add=True)
@@ -138,7 +143,8 @@ class PBSD(DSCL):
         )
 
     def __init__(self, cfg: DictConfig):
-        super().__init__(cfg)
+        super().__init__()
+        self.cfg = cfg
         self._loader_patches: tuple[torch.Tensor, torch.Tensor] | None = None
         self._said_device = False
         self.patch_augment = device_patch_augment(cfg.data.dataset, crops_of(cfg.augmentations)[0])
@@ -146,42 +152,28 @@ class PBSD(DSCL):
         self.box_generator = torch.Generator().manual_seed(int(cfg.get("seed") or 0))
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        super().on_save_checkpoint(checkpoint)
         checkpoint["pbsd_box_generator"] = self.box_generator.get_state()
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """A resumed run draws the boxes the uninterrupted one would have."""
-        super().on_load_checkpoint(checkpoint)
         if "pbsd_box_generator" in checkpoint:
             self.box_generator.set_state(checkpoint["pbsd_box_generator"])
 
-    def forward(self, X: torch.Tensor) -> dict[str, Any]:
-        """Adds the last feature map (``fmap``) while training, from the same forward pass."""
-        if not self.training:
-            return super().forward(X)
-        fmap, feats = self.backbone_map(self.backbone, X)
-        return {
-            "feats": feats,
-            "fmap": fmap,
-            "logits": self.classifier(feats.detach()),
-            "z": F.normalize(self.projector(feats), dim=-1),
-        }
-
-    def training_step(self, batch: Sequence[Any], batch_idx: int) -> torch.Tensor:
+    def take_from_batch(self, batch: Sequence[Any], num_crops: int) -> Sequence[Any]:
         """Takes the loader's patches and boxes (the last two items of the crops) aside."""
         indexes, crops, targets = batch
         self._loader_patches = None
-        if len(crops) == self.num_crops + 2:
+        if len(crops) == num_crops + 2:
             *crops, patches, boxes = crops
             self._loader_patches = (patches, boxes)
-            batch = [indexes, crops, targets]
-        elif self.cfg.method_kwargs.patch_source == "loader" and not self._said_device:
+            return [indexes, crops, targets]
+        if self.cfg.method_kwargs.patch_source == "loader" and not self._said_device:
             self._said_device = True
             rank_zero_info(
                 "pbsd: the loader gave no patches (a DALI loader); they are cut and augmented "
                 "on the device (method_kwargs.patch_source=device)"
             )
-        return super().training_step(batch, batch_idx)
+        return batch
 
     def device_patches(self, images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Boxes [B, L, 4] drawn on the device and the patches [B, L, 3, s, s] cut from the
@@ -207,7 +199,7 @@ class PBSD(DSCL):
             patches = self.patch_augment(patches)
         return patches.view(b, kw.num_boxes, *patches.shape[1:]), boxes
 
-    def auxiliary_loss(self, out: dict[str, Any], batch: Sequence[Any]) -> torch.Tensor:
+    def forward(self, method: SCL, out: dict[str, Any], batch: Sequence[Any]) -> dict:
         kw = self.cfg.method_kwargs
         images = batch[1][0]  # the first large crop, the query
         if self._loader_patches is not None:
@@ -216,17 +208,27 @@ class PBSD(DSCL):
             patches, boxes = self.device_patches(images)
         with torch.no_grad():  # the teacher side only gives targets
             pooled = roi_pool(out["fmap"][0], boxes, images.shape[-1])
-            teacher = F.normalize(self.projector(pooled), dim=-1)
+            teacher = F.normalize(method.projector(pooled), dim=-1)
         # one batch of B per patch index, as published: [B, L, D] -> [B * L, D], box order
         student = []
         for index in range(patches.size(1)):
-            feats = self.backbone(self.channels_last(patches[:, index]))
-            student.append(F.normalize(self.projector(feats), dim=-1))
+            feats = method.backbone(method.channels_last(patches[:, index]))
+            student.append(F.normalize(method.projector(feats), dim=-1))
         student = torch.stack(student, dim=1).flatten(0, 1)
         # the key of the image seen from the other large crop, as for the first crop's query
         keys = out["momentum_z"][1]
-        loss = pbsd_loss(
-            student, teacher, keys, self.queue.keys, self.queue.labels, self.temperature
-        )
-        self.log("train_pbsd_loss", loss, on_epoch=True, sync_dist=True)
-        return kw.pbsd_weight * loss
+        queue = method.queue
+        loss = pbsd_loss(student, teacher, keys, queue.keys, queue.labels, method.temperature)
+        method.log("train_pbsd_loss", loss, on_epoch=True, sync_dist=True)
+        return {"train_pbsd_loss": kw.pbsd_weight * loss}
+
+
+class PBSD(SCL):
+    LOSS_NAME = "dscl"
+    CRITERION = DecoupledLoss
+    TERMS = (PatchDistillation,)
+    METHOD_KWARGS: dict[str, Option] = {
+        **SCL.METHOD_KWARGS,
+        **DecoupledLoss.OPTIONS,
+        **PatchDistillation.OPTIONS,
+    }

@@ -22,11 +22,15 @@ Extra config (``method_kwargs``):
     queue_start (str): ``random``: the queue starts as random unit keys with random labels in
         [0, classes), all of them in the loss from the first step, as the published code;
         ``empty``: slots are left out of the loss until written. Default ``random``.
+
+The supervised family (``dscl``, ``pbsd``, ``kcl``, ``tsc``) is this step with other parts, each
+method one class over ``SCL``: a ``Criterion`` (the loss of a direction, with its options) and
+``StepTerm`` components that add a weighted term to the step (PBSD's distillation).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -39,8 +43,84 @@ from solo_ext.methods.base import QUEUE_STARTS, MomentumQueueMethod
 from solo_ext.modules import LabeledQueue
 
 
+class Criterion:
+    """The loss of one (query view, key view) direction of the supervised queue step, as a
+    part of a method: the ``method_kwargs`` it declares (``OPTIONS``), the defaults that depend
+    on other keys (``fill``), the checks across keys (``check``), and the loss."""
+
+    OPTIONS: dict[str, Option] = {}
+    # the queue's random start keys carry random labels (SupCon, DSCL), or none (KCL, TSC)
+    LABELLED_QUEUE_START = True
+
+    @classmethod
+    def fill(cls, cfg: DictConfig) -> None:
+        """Defaults that depend on other keys."""
+
+    @classmethod
+    def check(cls, cfg: DictConfig) -> None:
+        """Checks across keys (each key alone is checked against its option)."""
+
+    def __init__(self, method: SCL):
+        self.method = method
+
+    def __call__(
+        self, q: torch.Tensor, k: torch.Tensor, labels: torch.Tensor, queue: LabeledQueue
+    ) -> torch.Tensor:
+        raise NotImplementedError
+
+
+class SupConLoss(Criterion):
+    """SupCon's L_out over [k_i, in-batch keys, queue]."""
+
+    def __call__(self, q, k, labels, queue):
+        m = self.method
+        return scl_loss(
+            q, k, queue.keys, labels, queue.labels, m.temperature, num_classes=m.num_classes
+        )
+
+
+class StepTerm(torch.nn.Module):
+    """A weighted loss term a method adds to the supervised step (PBSD's distillation), with
+    its ``method_kwargs`` (``OPTIONS``), its checks, and what it needs from the loader."""
+
+    OPTIONS: dict[str, Option] = {}
+    NEEDS_FEATURE_MAP = False  # the step's online forward adds the backbone's last map
+
+    @classmethod
+    def fill(cls, cfg: DictConfig) -> None:
+        """Defaults that depend on other keys."""
+
+    @classmethod
+    def check(cls, cfg: DictConfig) -> None:
+        """Checks across keys."""
+
+    @classmethod
+    def fit_to_loader(cls, cfg: DictConfig, data_format: str) -> str | None:
+        return None
+
+    @classmethod
+    def pretrain_transform(cls, cfg: DictConfig) -> Callable | None:
+        return None
+
+    def take_from_batch(self, batch: Sequence[Any], num_crops: int) -> Sequence[Any]:
+        """The batch without what the term's loader transform added to the crops."""
+        return batch
+
+    def forward(self, method: SCL, out: dict[str, Any], batch: Sequence[Any]) -> dict:
+        """``{name: weighted loss}`` of the step, given its outputs (per crop)."""
+        raise NotImplementedError
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """State that is not a tensor of the module (a random stream)."""
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """Restores what ``on_save_checkpoint`` saved."""
+
+
 class SCL(MomentumQueueMethod):
     LOSS_NAME = "scl"  # logged as train_<LOSS_NAME>_loss
+    CRITERION: type[Criterion] = SupConLoss
+    TERMS: tuple[type[StepTerm], ...] = ()
     METHOD_KWARGS: dict[str, Option] = {
         **MomentumQueueMethod.METHOD_KWARGS,
         "symmetric": Option(False, "bool"),
@@ -48,33 +128,71 @@ class SCL(MomentumQueueMethod):
         "batch_gather": Option(False, "bool"),
     }
 
+    @classmethod
+    def parts(cls) -> tuple[Any, ...]:
+        return (cls.CRITERION, *cls.TERMS)
+
+    @classmethod
+    def fill_method_kwargs(cls, cfg: DictConfig) -> None:
+        super().fill_method_kwargs(cfg)
+        for part in cls.parts():
+            part.fill(cfg)
+
+    @classmethod
+    def check_method_kwargs(cls, cfg: DictConfig) -> None:
+        super().check_method_kwargs(cfg)
+        for part in cls.parts():
+            part.check(cfg)
+
+    @classmethod
+    def fit_to_loader(cls, cfg: DictConfig, data_format: str) -> str | None:
+        notes = [term.fit_to_loader(cfg, data_format) for term in cls.TERMS]
+        return "; ".join(n for n in notes if n) or None
+
+    @classmethod
+    def pretrain_transform(cls, cfg: DictConfig) -> Callable | None:
+        transforms = [t for t in (term.pretrain_transform(cfg) for term in cls.TERMS) if t]
+        return transforms[0] if transforms else None
+
     def __init__(self, cfg: DictConfig):
         super().__init__(cfg)
+        self.criterion = self.CRITERION(self)
+        self.terms = torch.nn.ModuleList(term(cfg) for term in self.TERMS)
         # self.queue holds the second view's keys; with symmetric, a queue of the first view's
         self.queue_view1 = self.build_queue(cfg.method_kwargs) if self.symmetric else None
 
     def build_queue(self, kw: DictConfig) -> LabeledQueue:
-        """The labelled queue, started as ``queue_start`` says."""
-        classes = self.num_classes if kw.queue_start == "random" else None
+        """The labelled queue, started as ``queue_start`` says: random unit keys (with random
+        labels in [0, classes) where the criterion says so), or empty slots."""
+        random_labels = kw.queue_start == "random" and self.CRITERION.LABELLED_QUEUE_START
+        classes = self.num_classes if random_labels else None
         return LabeledQueue(kw.queue_size, kw.proj_output_dim, num_classes=classes)
 
     @property
     def symmetric(self) -> bool:
         return bool(self.cfg.method_kwargs.symmetric)
 
+    @property
+    def mask_empty(self) -> bool:
+        """Slots never written are left out of the loss (``queue_start: empty``)."""
+        return self.cfg.method_kwargs.queue_start == "empty"
+
+    def wants_feature_map(self, momentum: bool) -> bool:
+        return not momentum and any(term.NEEDS_FEATURE_MAP for term in self.TERMS)
+
     def contrastive_loss(
         self, q: torch.Tensor, k: torch.Tensor, labels: torch.Tensor, queue: LabeledQueue
     ) -> torch.Tensor:
         """The method's loss for one (query view, key view) direction on the in-batch set (this
         process's batch, or the gathered one), against the queue of the key view's earlier
-        keys."""
-        return scl_loss(
-            q, k, queue.keys, labels, queue.labels, self.temperature, num_classes=self.num_classes
-        )
+        keys: the criterion's."""
+        return self.criterion(q, k, labels, queue)
 
     def training_step(self, batch: Sequence[Any], batch_idx: int) -> torch.Tensor:
         """The first crop's queries against the second crop's keys (both directions with
-        ``symmetric``), then the keys enqueued."""
+        ``symmetric``), plus the terms' losses, then the keys enqueued."""
+        for term in self.terms:
+            batch = term.take_from_batch(batch, self.num_crops)
         out = super().training_step(batch, batch_idx)
         self.record_train_features(out, batch)
         # the in-batch set: this process's batch (published), or the gathered one
@@ -87,10 +205,8 @@ class SCL(MomentumQueueMethod):
             loss = (loss + self.contrastive_loss(q2, k1, targets, self.queue_view1)) / 2
         self.log(f"train_{self.LOSS_NAME}_loss", loss, on_epoch=True, sync_dist=True)
         terms = {f"train_{self.LOSS_NAME}_loss": loss}
-        extra = self.auxiliary_loss(out, batch)
-        if extra is not None:
-            terms["train_auxiliary_loss"] = extra
-            loss = loss + extra
+        for term in self.terms:
+            terms.update(term(self, out, batch))
         self.check_finite(terms)
         # the keys of every process enter the queue (gathered once: a gathered set stays as is)
         enqueued = (lambda x: x) if self.cfg.method_kwargs.batch_gather else gather
@@ -98,8 +214,14 @@ class SCL(MomentumQueueMethod):
         self.enqueue_after_step(self.queue, enqueued(k2), targets)
         if self.symmetric:
             self.enqueue_after_step(self.queue_view1, enqueued(k1), targets)
-        return loss + out["loss"]
+        return sum(terms.values()) + out["loss"]
 
-    def auxiliary_loss(self, out: dict[str, Any], batch: Sequence[Any]) -> torch.Tensor | None:
-        """A further weighted loss of a subclass (PBSD), given the step's outputs (per crop)."""
-        return None
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        super().on_save_checkpoint(checkpoint)
+        for term in self.terms:
+            term.on_save_checkpoint(checkpoint)
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        super().on_load_checkpoint(checkpoint)
+        for term in self.terms:
+            term.on_load_checkpoint(checkpoint)
