@@ -162,6 +162,14 @@ def literal_defaults(source: str, keys: set[str]) -> list[tuple[int, str]]:
         *head, last = key.split(".")
         ends.setdefault(last, set()).add(head[-1] if head else "")
     for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.BoolOp) and isinstance(node.op, ast.Or):
+            # cfg.get("seed") or 0: a reader without a default, then a literal
+            first, *rest = node.values
+            if isinstance(first, ast.Call) and rest and isinstance(rest[0], LITERALS):
+                call = ast.Call(first.func, [*first.args, rest[0]], first.keywords)
+                if literal_defaults(ast.unparse(ast.Expr(call)), keys):
+                    found.append((node.lineno, ast.unparse(node)))
+            continue
         if not isinstance(node, ast.Call):
             continue
         func = node.func
@@ -211,10 +219,12 @@ def test_the_scan_finds_a_second_copy(tables):
         'OmegaConf.select(cfg, "data.format", default="image_folder")\n'
         'augmentation_value(aug, "rrc.enabled", True)\n'
         '(cfg.backbone.get("kwargs") or {}).get("patch_size", 16)\n'
+        'int(cfg.get("seed") or 0)\n'
         'select(cfg, "seed", run_default("seed"))\n'
         'select(cfg, "not.declared", 3)\n'
+        '(cfg.backbone.get("kwargs") or {}).get("depth")\n'
     )
-    assert [line for line, _ in literal_defaults(source, keys)] == [1, 2, 3, 4]
+    assert sorted({line for line, _ in literal_defaults(source, keys)}) == [1, 2, 3, 4, 5]
 
 
 def test_no_module_writes_a_declared_default_again(tables):

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from solo_ext.config import ConfigError, world_size
+from solo_ext.config import CORE_RUN_OPTIONS, ConfigError, declared, world_size
 
 GROUPS = ("many", "medium", "few")
 
@@ -142,7 +142,7 @@ def _logs_index(path: Path) -> int:
 def possible_cwds(run_dir: Path, args: dict[str, Any]) -> list[Path]:
     """The directories a solo-learn script may have run in: the run directory is
     ``<cwd>/<checkpoint.dir>/<method or linear>/<run id>`` when ``checkpoint.dir`` is relative."""
-    ckpt_dir = Path(str(_get(args, "checkpoint.dir") or "trained_models"))
+    ckpt_dir = Path(str(declared(args, "checkpoint.dir", CORE_RUN_OPTIONS)))
     base = run_dir.parent.parent
     if ckpt_dir.is_absolute():
         return []

@@ -37,7 +37,7 @@ from __future__ import annotations
 import torch
 from omegaconf import DictConfig
 
-from solo_ext.config import Option
+from solo_ext.config import CORE_RUN_OPTIONS, Option, declared
 from solo_ext.host import gather
 from solo_ext.losses.kcl import kcl_loss, tsc_assign, tsc_loss, tsc_targets, tsc_update_centroids
 from solo_ext.methods.scl import SCL, Criterion
@@ -148,7 +148,7 @@ class TSC(SCL):
     def make_targets(self) -> None:
         """The official generation: Adam on the targets' log-sum-exp of similarities, from a
         seeded start; the first process's, so that every process contrasts the same ones."""
-        gen = torch.Generator().manual_seed(int(self.cfg.get("seed") or 0))
+        gen = torch.Generator().manual_seed(int(declared(self.cfg, "seed", CORE_RUN_OPTIONS)))
         targets = tsc_targets(
             self.num_classes,
             self.targets.size(1),

@@ -40,7 +40,14 @@ import torch.nn.functional as F
 from lightning.pytorch.utilities import rank_zero_info
 from omegaconf import DictConfig, OmegaConf
 
-from solo_ext.config import BACKBONE_OPTIONS, ConfigError, Option, declared, select
+from solo_ext.config import (
+    BACKBONE_OPTIONS,
+    CORE_RUN_OPTIONS,
+    ConfigError,
+    Option,
+    declared,
+    select,
+)
 from solo_ext.data.pbsd_views import PBSDViews
 from solo_ext.data.transforms import augmentation_value, crops_of, flip_prob, normalize
 from solo_ext.losses.pbsd import pbsd_loss
@@ -149,7 +156,8 @@ class PatchDistillation(StepTerm):
         self._said_device = False
         self.patch_augment = device_patch_augment(cfg.data.dataset, crops_of(cfg.augmentations)[0])
         # its own stream, so that boxes never shift the data augmentation's random numbers
-        self.box_generator = torch.Generator().manual_seed(int(cfg.get("seed") or 0))
+        seed = int(declared(cfg, "seed", CORE_RUN_OPTIONS))
+        self.box_generator = torch.Generator().manual_seed(seed)
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         checkpoint["pbsd_box_generator"] = self.box_generator.get_state()
