@@ -53,7 +53,24 @@ def finite(value: str | float) -> bool:
     return value not in ("", None) and math.isfinite(float(value))
 
 
-@pytest.mark.parametrize("method", sorted(SOLO_EXT_METHODS))
+# one method per step and evaluation path (a two-process run costs ~15 s of the suite's 2 cores):
+# DSCL for the supervised queue step (scl, kcl and tsc run the same step and evaluation with
+# another criterion; their two-process steps are in test_distributed.py), PBSD with the loader's
+# patches, DenseCL's dense maps, All4One's support set, PaCo's and BCL's online heads
+WHOLE_RUNS = ("dscl", "pbsd", "densecl", "all4one_ct", "paco", "bcl")
+
+
+def test_the_whole_runs_cover_every_step_and_evaluation_path():
+    from solo_ext.methods.scl import SCL
+    from solo_ext.registry import load
+
+    others = set(SOLO_EXT_METHODS) - set(WHOLE_RUNS)
+    # what is left out runs the supervised step and evaluation of a method that is in
+    assert all(issubclass(load(m), SCL) and not load(m).TERMS for m in others), others
+    assert all(not load(m).JOINT_HEAD for m in others)
+
+
+@pytest.mark.parametrize("method", WHOLE_RUNS)
 def test_a_two_process_run_finishes_with_its_long_tail_knn(method, tmp_path):
     proc = pretrain_two_processes(method, tmp_path)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
