@@ -31,16 +31,31 @@ def test_warmup_cosine_values():
         opt.step()
         sched.step()
 
-    def expected(step, base):
+    def expected(step, base):  # solo-learn's warm-up: the last warm-up step is at the lr
         if step < 4:
-            return 0.1 + (base - 0.1) * step / 4
+            return 0.1 + (base - 0.1) * step / 3
         return 0.01 + (base - 0.01) * 0.5 * (1 + math.cos(math.pi * (step - 4) / 10))
 
     for step, (lr1, lr2, lr3) in enumerate(lrs):
         assert lr1 == pytest.approx(expected(step, 1.0))
         assert lr2 == pytest.approx(expected(step, 0.5))
         assert lr3 == pytest.approx(0.3)  # static_lr group untouched
-    assert lrs[4][0] == pytest.approx(1.0) and lrs[14][0] == pytest.approx(0.01)
+    assert lrs[3][0] == lrs[4][0] == pytest.approx(1.0) and lrs[14][0] == pytest.approx(0.01)
+
+
+@pytest.mark.parametrize("warmup, total", [(4, 14), (10, 400), (0, 30), (1, 5)])
+def test_warmup_cosine_is_solo_learns_where_it_is_importable(warmup, total):
+    lr_scheduler = pytest.importorskip("solo.utils.lr_scheduler")
+    (p1,), (p2,) = [nn.Parameter(torch.zeros(1))], [nn.Parameter(torch.zeros(1))]
+    ours, theirs = (torch.optim.SGD([p], lr=0.4) for p in (p1, p2))
+    start = 3e-5 if warmup > 0 else 0.4  # (solo-learn's configure_optimizers passes the lr)
+    a = warmup_cosine(ours, warmup, total, warmup_start_lr=start, min_lr=0.001)
+    b = lr_scheduler.LinearWarmupCosineAnnealingLR(theirs, warmup, total, start, 0.001)
+    for _ in range(total + 1):
+        assert ours.param_groups[0]["lr"] == pytest.approx(theirs.param_groups[0]["lr"], rel=1e-9)
+        for opt, sched in ((ours, a), (theirs, b)):
+            opt.step()
+            sched.step()
 
 
 def lars_reference(params, grads_per_step, lr, wd, momentum, eta, clip, exclude):

@@ -63,6 +63,11 @@ class All4OneCT(MomentumQueueMethod):
         "feature_gather": Option(False, "bool"),
     }
 
+    @classmethod
+    def anchors_both_views(cls, cfg: DictConfig) -> bool:
+        """Each of All4One's three losses is taken in both directions."""
+        return True
+
     def __init__(self, cfg: DictConfig):
         super().__init__(cfg)
         kw = cfg.method_kwargs

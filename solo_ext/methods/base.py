@@ -26,6 +26,7 @@ from solo_ext.host import (
     initialize_momentum_params,
     omegaconf_select,
 )
+from solo_ext.methods.schedules import SCHEDULES, check_schedule, warmup_step
 from solo_ext.modules import build_mlp
 from solo_ext.modules.feature_maps import feature_map, last_feature_map
 from solo_ext.modules.queue import KeyQueue, LabeledQueue
@@ -87,6 +88,44 @@ class SoloExtMethod:
     """
 
     JOINT_HEAD = False
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        # the host's schedules and solo-ext's (warmup_step), which configure_optimizers runs
+        cls._SCHEDULERS = list(dict.fromkeys([*cls._SCHEDULERS, *SCHEDULES]))
+
+    @classmethod
+    def add_and_assert_specific_cfg(cls, cfg: DictConfig) -> DictConfig:
+        """The host's defaults and checks, then the schedule's (solo-ext's included), for
+        both doors."""
+        cfg = super().add_and_assert_specific_cfg(cfg)
+        check_schedule(cfg, cls._SCHEDULERS)
+        return cfg
+
+    def configure_optimizers(self):
+        """The host's optimizer and schedule; solo-ext's ``warmup_step`` on the host's
+        optimizer (:mod:`solo_ext.methods.schedules`), stepped once per epoch."""
+        if self.scheduler != "warmup_step":
+            return super().configure_optimizers()
+        static = {g.get("name") for g in self.learnable_params if g.get("static_lr")}
+        self.scheduler = "none"  # the host's optimizer alone (its param groups and wd split)
+        try:
+            optimizer = super().configure_optimizers()
+        finally:
+            self.scheduler = "warmup_step"
+        flags = [
+            str(g.get("name", "")).removesuffix("_no_decay") in static
+            for g in optimizer.param_groups
+        ]
+        steps = list(self.cfg.scheduler.lr_decay_steps)
+        schedule = warmup_step(optimizer, self.warmup_epochs, steps, flags)
+        return [optimizer], [{"scheduler": schedule, "interval": "epoch", "frequency": 1}]
+
+    @classmethod
+    def anchors_both_views(cls, cfg: DictConfig) -> bool:
+        """Whether a step takes the anchors of both views (the loss in both directions), as
+        ``method_kwargs.symmetric`` says where the method has it."""
+        return bool(omegaconf_select(cfg, "method_kwargs.symmetric"))
 
     @classmethod
     def fit_to_loader(cls, cfg: DictConfig, data_format: str) -> str | None:

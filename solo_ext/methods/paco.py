@@ -85,6 +85,11 @@ class PaCo(MomentumQueueMethod):
     }
 
     @classmethod
+    def anchors_both_views(cls, cfg: DictConfig) -> bool:
+        """GPaCo takes both views as anchors; PaCo the queries of the first."""
+        return bool(cfg.method_kwargs.gpaco)
+
+    @classmethod
     def check_method_kwargs(cls, cfg: DictConfig) -> None:
         super().check_method_kwargs(cfg)
         kw = cfg.method_kwargs

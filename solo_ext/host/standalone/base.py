@@ -122,7 +122,6 @@ class BaseMethod(pl.LightningModule):
         fill_defaults(cfg, CROP_OPTIONS)
         checks = {
             "optimizer.name": (cfg.optimizer.get("name"), tuple(BaseMethod._OPTIMIZERS)),
-            "scheduler.name": (cfg.scheduler.get("name"), BaseMethod._SCHEDULERS),
             "scheduler.interval": (cfg.scheduler.interval, ("step", "epoch")),
         }
         for key, (value, allowed) in checks.items():
@@ -176,7 +175,9 @@ class BaseMethod(pl.LightningModule):
                 static_groups=static,
             )
         else:
+            # solo-learn's ``step``: a MultiStepLR that Lightning steps once per epoch
             scheduler = step_schedule(optimizer, self.lr_decay_steps or [])
+            return [optimizer], [{"scheduler": scheduler, "interval": "epoch"}]
         return [optimizer], [{"scheduler": scheduler, "interval": self.scheduler_interval}]
 
     def optimizer_zero_grad(self, epoch, batch_idx, optimizer, *_):

@@ -100,7 +100,11 @@ def warmup_cosine(
     min_lr: float,
     static_groups: Sequence[int] = (),
 ) -> LambdaLR:
-    """Linear warm-up from ``warmup_start_lr`` to each group's lr, then cosine decay to ``min_lr``.
+    """Linear warm-up from ``warmup_start_lr`` to each group's lr, then cosine decay to ``min_lr``,
+    as solo-learn's ``LinearWarmupCosineAnnealingLR`` computes it: step 0 at
+    ``warmup_start_lr``, step ``s < warmup_steps`` at ``start + s (lr - start) /
+    (warmup_steps - 1)`` (so the last warm-up step is already at the lr), then
+    ``min_lr + (lr - min_lr) (1 + cos(pi (s - warmup_steps) / (total_steps - warmup_steps))) / 2``.
 
     Groups in ``static_groups`` keep their lr (solo-learn's ``static_lr``).
     """
@@ -109,8 +113,10 @@ def warmup_cosine(
         def factor(step: int) -> float:
             if base_lr == 0:
                 return 1.0
-            if step < warmup_steps:
-                lr = warmup_start_lr + (base_lr - warmup_start_lr) * step / warmup_steps
+            if step == 0 and warmup_steps > 0:
+                lr = warmup_start_lr
+            elif step < warmup_steps:
+                lr = warmup_start_lr + (base_lr - warmup_start_lr) * step / (warmup_steps - 1)
             else:
                 span = max(total_steps - warmup_steps, 1)
                 progress = min((step - warmup_steps) / span, 1.0)
