@@ -43,7 +43,9 @@ def fill_half(model) -> None:
 
 @pytest.mark.parametrize("k_pos", [6, 1, "all"])
 def test_kcl_step_is_balfeats(k_pos, make_cfg):
-    model, batch = model_and_batch(make_cfg, "kcl", **{"method_kwargs.k_pos": k_pos})
+    model, batch = model_and_batch(
+        make_cfg, "kcl", **{"method_kwargs.k_pos": k_pos, "method_kwargs.positives": "topk"}
+    )
     k_pos = None if k_pos == "all" else k_pos
     # the official start: random unit keys without labels, every one a negative
     assert (model.queue.labels == -1).all()
@@ -54,6 +56,28 @@ def test_kcl_step_is_balfeats(k_pos, make_cfg):
     ((q, k, labels, keys, queue_labels, _, value),) = calls
     want = balfeat_kcl(q, k, keys, labels, queue_labels, k_pos, model.temperature)
     assert float(value) == pytest.approx(float(want), rel=1e-5)
+
+
+@pytest.mark.parametrize("k_pos", [6, 1, "all"])
+def test_kcl_step_is_the_targeted_supcon_kcl_run_by_default(k_pos, make_cfg):
+    """``positives: random`` (the default): the KCL run of the targeted-supcon repository, its
+    code's loss without targets, with the draws of the step's random state."""
+    model, batch = model_and_batch(make_cfg, "kcl", **{"method_kwargs.k_pos": k_pos})
+    assert model.cfg.method_kwargs.positives == "random"
+    fill_half(model)
+    calls = spy(model)
+    model.training_step(batch, 0)
+    ((q, k, labels, keys, queue_labels, state, value),) = calls
+    gen = torch.Generator()
+    gen.set_state(state)
+    count = 0 if k_pos == "all" else k_pos  # (the official --K 0: every candidate)
+    want, _, _ = official_tsc(
+        q, k, keys, labels, queue_labels, None, None, count, model.temperature, 1, 0.2, True, gen
+    )
+    assert float(value) == pytest.approx(float(want), rel=1e-5)
+    if k_pos == 1:  # one draw among several same-class entries: not BalFeat's topk choice
+        topk = balfeat_kcl(q, k, keys, labels, queue_labels, 1, model.temperature)
+        assert float(value) != pytest.approx(float(topk), rel=1e-6)
 
 
 def test_kcl_with_an_empty_queue_start_leaves_the_unwritten_slots_out(make_cfg):

@@ -28,7 +28,7 @@ PROTOCOL_OPTIONS: dict[str, tuple[str, ...]] = {
     "pbsd": ("symmetric", "queue_start", "batch_gather", "patch_source"),
     "densecl": ("symmetric", "queue_start", "warmup_steps", "projector_init"),
     "all4one_ct": ("feature_gather",),
-    "kcl": ("symmetric", "queue_start", "batch_gather", "k_pos"),
+    "kcl": ("symmetric", "queue_start", "batch_gather", "k_pos", "positives"),
     "tsc": (
         "symmetric",
         "queue_start",

@@ -51,13 +51,37 @@ def _count(value: int | str) -> int | None:
 class KPositiveLoss(Criterion):
     """KCL's loss: a soft target over the key and at most ``k_pos`` same-class queue entries.
     The queue starts as random unit keys with no label: negatives from the first step (the
-    official start), or, with ``queue_start: empty``, left out of the loss until written."""
+    official start), or, with ``queue_start: empty``, left out of the loss until written.
 
-    OPTIONS: dict[str, Option] = {"k_pos": Option(6, "int", 0, choices=("all",))}
+    ``positives`` says which same-class entries, as the two official KCL runs choose them:
+    ``random`` (the default), ``k_pos`` random draws, the KCL run of the targeted-supcon
+    repository that the shipped ImageNet-LT recipe follows (its code's loss without targets);
+    ``topk``, ``torch.topk`` on the 0/1 same-class mask, BalFeat's operation (whose run also
+    differs in its recipe: weight decay 5e-4, no MLP head, crop and flip only, a queue filled
+    with real keys before the first epoch).
+    """
+
+    OPTIONS: dict[str, Option] = {
+        "k_pos": Option(6, "int", 0, choices=("all",)),
+        "positives": Option("random", "str", choices=("random", "topk")),
+    }
     LABELLED_QUEUE_START = False
 
     def __call__(self, q, k, labels, queue):
         m = self.method
+        if m.cfg.method_kwargs.positives == "random":
+            return tsc_loss(
+                q,
+                k,
+                queue.keys,
+                labels,
+                queue.labels,
+                None,
+                None,
+                num_positive=_count(m.cfg.method_kwargs.k_pos),
+                temperature=m.temperature,
+                mask_empty=m.mask_empty,
+            ).loss
         return kcl_loss(
             q,
             k,
