@@ -104,7 +104,11 @@ def _check_solo_ext_keys(cfg: Any, module: ModuleType) -> dict[str, Any] | None:
     from solo_ext.config import ConfigError, declared
     from solo_ext.data.datasets import DATA_KEYS, fill_data_cfg
     from solo_ext.data.samplers import fill_sampler_cfg
-    from solo_ext.eval.classifier_stage import fill_classifier_stage
+    from solo_ext.eval.classifier_stage import (
+        LONG_TAIL_SAMPLER,
+        fill_classifier_stage,
+        stage_data_long_tailed,
+    )
     from solo_ext.registry import SOLO_EXT_METHODS, load
     from solo_ext.run_backbone import fill_run_backbone
 
@@ -115,8 +119,11 @@ def _check_solo_ext_keys(cfg: Any, module: ModuleType) -> dict[str, Any] | None:
         # does not give, before parse_cfg's {} and fill_stem_option's table default; a given
         # value that differs from the run's stops in one line naming both
         fill_run_backbone(cfg, str(cfg.pretrained_feature_extractor))
-        # the classifier stage: published on a long-tailed dataset unless the config says
+        # the classifier stage: published on a long-tailed dataset unless the config says,
+        # with class-balanced sampling unless the config names a sampler
         fill_classifier_stage(cfg)
+        if OmegaConf.select(cfg, "data.sampler") is None and stage_data_long_tailed(cfg):
+            OmegaConf.update(cfg, "data.sampler", {"name": LONG_TAIL_SAMPLER}, force_add=True)
     dataset = OmegaConf.select(cfg, "data.dataset", default=None)
     data_format = declared(cfg, "data.format", DATA_KEYS)
     sampler = fill_sampler_cfg(cfg, total_epochs=OmegaConf.select(cfg, "max_epochs"))
@@ -185,10 +192,16 @@ def _wrap_parse_cfg(module: ModuleType) -> None:
     @_config_errors
     def parse_cfg(cfg):
         global RUN
+        from omegaconf import OmegaConf
+
         from solo_ext.config import fill_stem_option
-        from solo_ext.data.datasets import long_tail_counts
+        from solo_ext.data.datasets import long_tail_counts, thresholds_of_counts_file
+        from solo_ext.data.facts import facts
 
         stop_if_broken(cfg)
+        thresholds = {
+            k: OmegaConf.select(cfg, f"data.{k}") for k in ("many_threshold", "few_threshold")
+        }
         sampler = _check_solo_ext_keys(cfg, module)
         dali_dataset = cfg.data.get("format") == "dali" and cfg.data.dataset in SOLO_EXT_ONLY
         if dali_dataset:  # solo-learn asserts that DALI reads one of its image-folder names
@@ -200,6 +213,8 @@ def _wrap_parse_cfg(module: ModuleType) -> None:
             counts = long_tail_counts(cfg.data)
             if counts is not None:
                 cfg.data.train_class_counts = counts
+        if facts(cfg.data.dataset).counts_file:  # a folder of solo-ext-make-lt: its groups
+            thresholds_of_counts_file(cfg.data, thresholds)
         if module.__name__.endswith("pretrain"):
             _check_method_kwargs(cfg)
             _solo_learn_crops(cfg)

@@ -62,8 +62,11 @@ from solo_ext.data.transforms import build_eval_transform
 from solo_ext.environment import environment
 from solo_ext.eval.classifier_stage import (
     CLASSIFIER_STAGE_OPTIONS,
+    LONG_TAIL_SAMPLER,
+    STAGE_SCHEDULES,
     fill_classifier_stage,
     published_stage,
+    stage_data_long_tailed,
     train_augmentation_entry,
 )
 from solo_ext.eval.common import extract_features, report, split_features
@@ -88,17 +91,18 @@ Callbacks = Sequence[pl.Callback]
 Result = tuple[torch.Tensor, torch.Tensor, Dataset]  # validation scores and labels, training set
 
 # every key solo-ext-linear reads, declared once; the defaults are conf/linear.yaml's (the
-# schedule's and the classifier stage's too, declared where they are read)
+# schedule's and the classifier stage's too, declared where they are read); null: by the
+# evaluated data (classifier_stage.STAGE_SCHEDULES)
 OPTIONS: dict[str, Option] = {
     **conf_options(
         "linear",
         {
-            "max_epochs": Option(IN_CONF, "int", 1),
+            "max_epochs": Option(IN_CONF, "int", 1, nullable=True),
             "feature_norm": Option(IN_CONF, "bool"),
             "optimizer.name": Option("sgd", "str", choices=("sgd",)),
-            "optimizer.lr": Option(IN_CONF, "float", 0, low_open=True),
-            "optimizer.weight_decay": Option(IN_CONF, "float", 0),
-            "optimizer.batch_size": Option(IN_CONF, "int", 1),
+            "optimizer.lr": Option(IN_CONF, "float", 0, low_open=True, nullable=True),
+            "optimizer.weight_decay": Option(IN_CONF, "float", 0, nullable=True),
+            "optimizer.batch_size": Option(IN_CONF, "int", 1, nullable=True),
             "dali.device": Option(IN_CONF, "str", choices=("gpu", "cpu"), nullable=True),
             "enable_progress_bar": Option(True, "bool"),
             "seed": Option(IN_CONF, "int", 0),
@@ -111,14 +115,38 @@ OPTIONS: dict[str, Option] = {
 }
 
 
-def fill_stage(cfg: DictConfig, dataset: str) -> None:
-    """Fills ``cfg``'s classifier-stage keys for the evaluated run's ``dataset``."""
-    stage = OmegaConf.create({"data": {"dataset": dataset}})
+def fill_stage(cfg: DictConfig, data: DictConfig) -> None:
+    """Fills ``cfg``'s classifier-stage keys for the evaluated ``data`` (the run's, with this
+    command's ``data`` over it); on long-tailed data (or a folder made by solo-ext-make-lt) also
+    the published stage's schedule (:data:`STAGE_SCHEDULES`), for the keys not given."""
+    stage = OmegaConf.create({"data": OmegaConf.to_container(data)})
     for key in CLASSIFIER_STAGE_OPTIONS:
         stage[key] = select(cfg, key)
     fill_classifier_stage(stage)
     for key in CLASSIFIER_STAGE_OPTIONS:
         cfg[key] = stage[key]
+    for key, value in STAGE_SCHEDULES[stage_data_long_tailed(stage)].items():
+        if select(cfg, key) is None and value is not None:
+            OmegaConf.update(cfg, key, value, force_add=True)
+
+
+def stage_sampler(cfg: DictConfig, data: DictConfig) -> str | None:
+    """The stage's sampler: this command's ``data.sampler.name``, else class-balanced on
+    long-tailed data, else None (shuffled); the pretraining run's own sampler is not the
+    stage's."""
+    given = select(cfg, "data.sampler")
+    if given is not None:
+        return given if isinstance(given, str) else given.name
+    stage = OmegaConf.create({"data": OmegaConf.to_container(data)})
+    return LONG_TAIL_SAMPLER if stage_data_long_tailed(stage) else None
+
+
+def resolve(cfg: DictConfig, data: DictConfig) -> DictConfig:
+    """``cfg`` with every default of the stage filled for the evaluated ``data``, checked."""
+    fill_stage(cfg, data)
+    fill_defaults(cfg, OPTIONS)  # (a whole config given with --config-name may leave keys out)
+    SGDSchedule.from_cfg(cfg)  # a step schedule without its epochs stops here
+    return cfg
 
 
 def _loader(
@@ -252,19 +280,24 @@ def run(cfg: DictConfig, callbacks: Callbacks = ()) -> dict[str, Any]:
     the Lightning trainer), tests it and returns the metrics."""
     OmegaConf.set_struct(cfg, False)
     check_given(cfg, OPTIONS)
-    fill_defaults(cfg, OPTIONS)  # (a whole config given with --config-name may leave keys out)
-    SGDSchedule.from_cfg(cfg)  # a step schedule without its epochs stops here
-    fill_sampler_cfg(cfg, total_epochs=cfg.max_epochs)  # a sampler given here, before the run
+    if select(cfg, "scheduler.name") == "step" and select(cfg, "scheduler.lr_decay_steps") is None:
+        SGDSchedule.from_cfg(cfg)  # (given without its epochs: stops before the run is read)
+    if select(cfg, "data.sampler") is not None:  # a sampler given here: checked before the run
+        fill_sampler_cfg(cfg.copy(), total_epochs=1)
     backbone, pre_cfg, out_dir = load_for_eval(cfg)
+    resolve(cfg, pre_cfg.data)
+    sampler = stage_sampler(cfg, pre_cfg.data)
+    given = select(cfg, "data.sampler")
+    keys = {} if given is None or isinstance(given, str) else OmegaConf.to_container(given)
+    pre_cfg.data.sampler = None if sampler is None else {**keys, "name": sampler}
     sampler_args = fill_sampler_cfg(pre_cfg, total_epochs=cfg.max_epochs)
-    fill_stage(cfg, pre_cfg.data.dataset)
 
     pl.seed_everything(cfg.seed, workers=True)
     train_fn = _on_images if published_stage(cfg) else _on_features
     scores, val_y, train_set = train_fn(cfg, backbone, pre_cfg, sampler_args, callbacks)
     extra = {
         "linear_epochs": cfg.max_epochs,
-        "linear_sampler": (OmegaConf.select(pre_cfg, "data.sampler.name") or "shuffle"),
+        "linear_sampler": sampler or "shuffle",
         **{f"linear_{key}": cfg[key] for key in CLASSIFIER_STAGE_OPTIONS},  # the stage run
         "linear_environment": environment(
             precision=select(cfg, "precision", None), accelerator=select(cfg, "accelerator", None)

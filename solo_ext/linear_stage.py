@@ -16,7 +16,15 @@ from omegaconf import DictConfig, ListConfig
 from torch import nn
 from torchvision import transforms as T
 
-from solo_ext.config import IN_CONF, ConfigError, Option, conf_options, declared, select
+from solo_ext.config import (
+    IN_CONF,
+    ConfigError,
+    Option,
+    conf_options,
+    declared,
+    select,
+    world_size,
+)
 from solo_ext.data.facts import facts
 from solo_ext.data.transforms import normalize
 from solo_ext.eval.classifier_stage import init_classifier, published_train_transform
@@ -54,7 +62,7 @@ SCHEDULE_OPTIONS: dict[str, Option] = conf_options(
     "linear",
     {
         "optimizer.kwargs.momentum": Option(IN_CONF, "float", 0, 1, high_open=True),
-        "scheduler.name": Option(IN_CONF, "str", choices=SCHEDULERS),
+        "scheduler.name": Option(IN_CONF, "str", choices=SCHEDULERS, nullable=True),
         "scheduler.lr_decay_steps": EpochList(IN_CONF, "list", nullable=True),
     },
 )
@@ -74,7 +82,8 @@ class SGDSchedule:
     @classmethod
     def from_cfg(cls, cfg: DictConfig) -> SGDSchedule:
         """From a checked ``solo-ext-linear`` config: ``optimizer.lr`` is per 256 images and
-        scaled by ``optimizer.batch_size`` (solo-learn's rule); ``step`` needs its epochs."""
+        scaled by the total batch, ``optimizer.batch_size`` x processes (solo-learn's rule, as
+        its ``main_linear.py`` scales it); ``step`` needs its epochs."""
         name = declared(cfg, "scheduler.name", SCHEDULE_OPTIONS)
         steps = select(cfg, "scheduler.lr_decay_steps")
         if name == "step" and steps is None:
@@ -83,7 +92,7 @@ class SGDSchedule:
                 "by 0.1 at each of these epochs)"
             )
         return cls(
-            lr=cfg.optimizer.lr * cfg.optimizer.batch_size / 256,
+            lr=cfg.optimizer.lr * cfg.optimizer.batch_size * world_size(cfg) / 256,
             momentum=declared(cfg, "optimizer.kwargs.momentum", SCHEDULE_OPTIONS),
             weight_decay=cfg.optimizer.weight_decay,
             epochs=cfg.max_epochs,

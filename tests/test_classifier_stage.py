@@ -5,6 +5,7 @@ on a balanced one; solo-learn's schedules (``step``, cosine) on both paths; one-
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import subprocess
@@ -24,7 +25,9 @@ from solo_ext.data.datasets import build_dataset
 from solo_ext.data.samplers import ClassBalancedSampler
 from solo_ext.data.transforms import build_eval_transform
 from solo_ext.eval.classifier_stage import (
+    BALANCED_STAGE,
     CLASSIFIER_STAGE_OPTIONS,
+    LONG_TAIL_STAGE,
     published_stage,
     published_train_transform,
 )
@@ -114,12 +117,71 @@ def test_defaults_follow_the_dataset():
         ("imagenet", ("eval", "default", "solo-learn"), False),
     ]:
         cfg = OmegaConf.create({})
-        linear.fill_stage(cfg, dataset)
+        linear.fill_stage(cfg, OmegaConf.create({"dataset": dataset}))
         assert tuple(cfg[k] for k in CLASSIFIER_STAGE_OPTIONS) == want, dataset
         assert published_stage(cfg) is images, dataset
-    cfg = OmegaConf.create({"backbone_bn": "eval"})  # a given key is kept
-    linear.fill_stage(cfg, "synthetic_lt")
+        # the published stage's schedule on long-tailed data; conf/linear.yaml's otherwise
+        schedule = {k: OmegaConf.select(cfg, k) for k in LONG_TAIL_STAGE}
+        assert schedule == (LONG_TAIL_STAGE if images else BALANCED_STAGE), dataset
+    cfg = OmegaConf.create({"backbone_bn": "eval", "max_epochs": 3})  # given keys are kept
+    linear.fill_stage(cfg, OmegaConf.create({"dataset": "synthetic_lt"}))
     assert (cfg.backbone_bn, cfg.train_augmentation) == ("eval", "published")
+    assert (cfg.max_epochs, cfg.scheduler.name) == (3, "step")
+
+
+def made_folder(root: Path, counts: list[int], many: int, few: int) -> Path:
+    """An image folder as solo-ext-make-lt writes it: train/ and val/ class folders (empty files:
+    nothing here opens an image) and counts.json with the shot groups of ``many`` / ``few``."""
+    for split, sizes in (("train", counts), ("val", [2] * len(counts))):
+        for c, n in enumerate(sizes):
+            folder = root / split / f"{c:03d}"
+            folder.mkdir(parents=True)
+            for i in range(n):
+                (folder / f"{i}.png").touch()
+    groups = ["many" if n > many else "few" if n < few else "medium" for n in counts]
+    summary = {"train_counts": counts, "shot_groups": groups}
+    summary.update(many_threshold=many, few_threshold=few)
+    (root / "counts.json").write_text(json.dumps(summary))
+    return root
+
+
+def test_a_folder_made_by_make_lt_is_long_tailed_with_the_files_groups(tmp_path, capsys):
+    from solo_ext.data.datasets import fill_data_cfg, is_long_tailed
+
+    counts = [30, 25, 20, 12, 10, 8, 6, 5, 4, 3]  # file's groups at 15 / 5: 2 many, 6 medium, 2 few
+    root = made_folder(tmp_path / "lt", counts, many=15, few=5)
+    data = {"dataset": "custom", "train_path": str(root / "train"), "val_path": str(root / "val")}
+    data = {**data, "bad_images": "off"}
+    cfg = fill_data_cfg(OmegaConf.create({"data": data}))
+    assert (cfg.data.many_threshold, cfg.data.few_threshold) == (15, 5)  # the file's
+    assert is_long_tailed(cfg.data)
+    assert capsys.readouterr().out == ""
+    stage = OmegaConf.create({})
+    linear.fill_stage(stage, cfg.data)
+    assert (stage.backbone_bn, stage.scheduler.name) == ("train", "step")
+    assert linear.stage_sampler(OmegaConf.create({}), cfg.data) == "class_balanced"
+    # thresholds the config sets win, and a run says in one line that they differ from the file's
+    cfg = fill_data_cfg(OmegaConf.create({"data": {**data, "many_threshold": 100}}))
+    assert (cfg.data.many_threshold, cfg.data.few_threshold) == (100, 5)
+    out = capsys.readouterr().out.strip()
+    assert out.count("\n") == 0 and "data.many_threshold=100" in out and "15" in out
+    # the same folder without its counts.json: an ordinary balanced-protocol image folder
+    (root / "counts.json").unlink()
+    cfg = fill_data_cfg(OmegaConf.create({"data": data}))
+    assert not is_long_tailed(cfg.data)
+    assert (cfg.data.many_threshold, cfg.data.few_threshold) == (100, 20)
+    assert linear.stage_sampler(OmegaConf.create({}), cfg.data) is None
+
+
+def test_bare_linear_on_long_tailed_data_is_the_published_stage(tiny_run):
+    """No sampler or schedule given (only the epochs, batch and lr, for time): class-balanced
+    sampling and the step schedule of the published stage, recorded as such."""
+    metrics, recorder = stage_run(tiny_run, max_epochs=2)
+    assert metrics["linear_sampler"] == "class_balanced"
+    assert isinstance(recorder.loader.sampler, ClassBalancedSampler)
+    lr = LR * BATCH / 256  # (given) scaled by the batch
+    assert recorder.lrs == pytest.approx([lr, lr])  # the step schedule: x 0.1 only from epoch 20
+    assert (metrics["linear_epochs"], metrics["linear_backbone_bn"]) == (2, "train")
 
 
 @pytest.mark.parametrize("path", ["images", "features"])
@@ -134,9 +196,13 @@ def test_step_schedule_per_epoch(path, published, tiny_run):
     assert recorder.lrs == pytest.approx([lr, lr, lr / 10, lr / 100], rel=1e-12)
 
 
-def test_cosine_schedule_by_default(tiny_run):
+def test_cosine_schedule_stepped_per_epoch(tiny_run):
+    """The balanced datasets' default (test_defaults_follow_the_dataset), named here: synthetic_lt
+    is long-tailed, whose default is the step schedule."""
     features = {"backbone_bn": "eval", "train_augmentation": "solo-learn"}
-    _, recorder = stage_run(tiny_run, max_epochs=3, **features)
+    _, recorder = stage_run(
+        tiny_run, max_epochs=3, **features, **{"scheduler.name": "warmup_cosine"}
+    )
     lr = LR * BATCH / 256
     want = [lr * (1 + math.cos(math.pi * e / 3)) / 2 for e in range(3)]
     assert recorder.lrs == pytest.approx(want, rel=1e-9)
@@ -246,3 +312,38 @@ def test_a_bad_value_through_the_command(tiny_run):
     assert proc.returncode == 2
     assert proc.stderr.strip().count("\n") == 0, proc.stderr
     assert "solo-ext-linear: error: backbone_bn='trian': must be one of" in proc.stderr
+
+
+def test_main_linear_takes_a_made_folder_as_long_tailed_with_the_files_groups(tmp_path):
+    """The same through solo-learn's main_linear.py (its parse_cfg, through the bridge): the
+    published stage, class-balanced sampling and the file's shot groups."""
+    from solo_ext.host import HOST
+
+    if HOST != "solo":
+        pytest.skip("needs the real solo-learn importable (main_linear.py's parse_cfg)")
+    from solo.args.linear import parse_cfg as solo_parse_cfg
+    from test_configs import compose_config
+
+    root = made_folder(tmp_path / "lt", [30, 25, 20, 12, 10, 8, 6, 5, 4, 3], many=15, few=5)
+    ckpt = tmp_path / "run.ckpt"
+    ckpt.touch()
+    overrides = [
+        "data.dataset=custom",
+        f"data.train_path={root / 'train'}",
+        f"data.val_path={root / 'val'}",
+        "~data.sampler",
+        "~backbone_bn",
+        "~classifier_init",
+        "~train_augmentation",
+        f"pretrained_feature_extractor={ckpt}",
+        "accelerator=cpu",
+        'devices="1"',
+    ]
+    cfg = solo_parse_cfg(compose_config("linear", "cifar100-lt/dscl", overrides))
+    assert (cfg.data.many_threshold, cfg.data.few_threshold) == (15, 5)
+    assert cfg.data.sampler.name == "class_balanced"
+    assert (cfg.backbone_bn, cfg.classifier_init, cfg.train_augmentation) == (
+        "train",
+        "normal",
+        "published",
+    )

@@ -128,6 +128,9 @@ def fill_data_cfg(cfg: DictConfig) -> DictConfig:
     check_choice("data.dataset", data.get("dataset"), DATASETS)
     dataset = data.dataset
     check_given(cfg, DATA_KEYS)
+    thresholds_given = {
+        key: select(cfg, f"data.{key}") for key in ("many_threshold", "few_threshold")
+    }
     filled = {"train_path": None, "val_path": None, **DATA_OPTIONS}
     if dataset in LONG_TAILED:
         filled.update(LT_OPTIONS)
@@ -146,6 +149,8 @@ def fill_data_cfg(cfg: DictConfig) -> DictConfig:
             f"data.fraction={data.fraction!r}: solo-ext trains on whole datasets; "
             "make a subset with solo-ext-make-lt or a custom ImageFolder instead"
         )
+    if F.facts(dataset).counts_file:
+        thresholds_of_counts_file(data, thresholds_given)
     if data.few_threshold > data.many_threshold:
         raise ConfigError(
             f"data.few_threshold={data.few_threshold}: above "
@@ -307,8 +312,8 @@ def targets_of(dataset: Dataset) -> list[int] | None:
     return None
 
 
-def counts_json(data: DictConfig) -> list[int] | None:
-    """Training images per class from the ``counts.json`` that solo-ext-make-lt writes beside an
+def _counts_file(data: DictConfig) -> tuple[str, dict[str, Any]] | None:
+    """The path and content of the ``counts.json`` that solo-ext-make-lt writes beside an
     image folder's ``train/`` (or inside it); None when there is none."""
     if data.get("train_path") is None:
         return None
@@ -318,17 +323,57 @@ def counts_json(data: DictConfig) -> list[int] | None:
             continue
         try:
             with open(path) as f:
-                counts = json.load(f)["train_counts"]
+                content = json.load(f)
+            if not isinstance(content, dict) or not isinstance(content["train_counts"], list):
+                raise TypeError("no list of train_counts")
         except (OSError, ValueError, KeyError, TypeError) as err:
             raise ConfigError(f"{path!r}: not a counts.json of solo-ext-make-lt ({err})") from None
-        classes = data.get("num_classes")
-        if classes is not None and len(counts) != classes:
-            raise ConfigError(
-                f"{path!r}: {len(counts)} classes, "
-                f"data.train_path={data.train_path!r} has {classes}"
-            )
-        return [int(c) for c in counts]
+        return path, content
     return None
+
+
+def thresholds_of_counts_file(data: DictConfig, given: dict[str, Any]) -> None:
+    """The shot groups of a folder made by solo-ext-make-lt are the file's: its thresholds,
+    unless the config sets them; a config whose thresholds differ from the file's says so."""
+    found = _counts_file(data)
+    if found is None:
+        return
+    path, content = found
+    for key, value in given.items():
+        written = content.get(key)
+        if written is None:
+            continue
+        if value is None:
+            data[key] = int(written)
+        elif value != written:
+            print(
+                f"solo-ext: data.{key}={value} differs from {path!r}'s {written}: the shot "
+                "groups follow the config's",
+                flush=True,
+            )
+
+
+def is_long_tailed(data: DictConfig) -> bool:
+    """Whether ``data`` (a checked ``data`` section) is long-tailed: a long-tailed dataset, or
+    an image folder made by solo-ext-make-lt (its ``counts.json``)."""
+    f = F.facts(data.dataset)
+    return f.long_tailed or (f.counts_file and _counts_file(data) is not None)
+
+
+def counts_json(data: DictConfig) -> list[int] | None:
+    """Training images per class from the ``counts.json`` that solo-ext-make-lt writes beside an
+    image folder's ``train/`` (or inside it); None when there is none."""
+    found = _counts_file(data)
+    if found is None:
+        return None
+    path, content = found
+    counts = content["train_counts"]
+    classes = data.get("num_classes")
+    if classes is not None and len(counts) != classes:
+        raise ConfigError(
+            f"{path!r}: {len(counts)} classes, data.train_path={data.train_path!r} has {classes}"
+        )
+    return [int(c) for c in counts]
 
 
 def long_tail_counts(data: DictConfig) -> list[int] | None:

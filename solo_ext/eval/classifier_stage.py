@@ -51,11 +51,48 @@ _BY_DATASET = {
 PUBLISHED_STAGE = {key: values[0] for key, values in _BY_DATASET.items()}
 
 
+# solo-ext-linear's schedule by the evaluated data, for the keys its command line and config
+# leave out (conf/linear.yaml leaves them null). Long-tailed: the published stage (DSCL's
+# train_cls.sh: SGD at lr 10 for the batch of 2048, 1.25 per 256 images as both doors scale it,
+# no weight decay, lr x 0.1 at epochs 20 and 30 of 40) with class-balanced sampling; balanced:
+# a cosine decay over 100 epochs at lr 0.1 per 256 images, shuffled.
+LONG_TAIL_STAGE: dict[str, Any] = {
+    "max_epochs": 40,
+    "optimizer.batch_size": 2048,
+    "optimizer.lr": 1.25,
+    "optimizer.weight_decay": 0.0,
+    "scheduler.name": "step",
+    "scheduler.lr_decay_steps": [20, 30],
+}
+BALANCED_STAGE: dict[str, Any] = {
+    "max_epochs": 100,
+    "optimizer.batch_size": 256,
+    "optimizer.lr": 0.1,
+    "optimizer.weight_decay": 0.0,
+    "scheduler.name": "warmup_cosine",
+    "scheduler.lr_decay_steps": None,
+}
+STAGE_SCHEDULES = {True: LONG_TAIL_STAGE, False: BALANCED_STAGE}
+LONG_TAIL_SAMPLER = "class_balanced"
+
+
+def stage_data_long_tailed(cfg: DictConfig) -> bool:
+    """Whether the evaluated data (``cfg.data``) is long-tailed: a long-tailed dataset, or an
+    image folder made by solo-ext-make-lt (its ``counts.json``)."""
+    from solo_ext.data.datasets import is_long_tailed
+
+    data = select(cfg, "data")
+    if data is None or select(data, "dataset") is None:
+        return facts("custom").long_tailed
+    return is_long_tailed(data)
+
+
 def fill_classifier_stage(cfg: DictConfig) -> DictConfig:
-    """Checks the given keys, then fills each missing one from the dataset (``data.dataset``):
-    the published stage on a long-tailed dataset, solo-learn's linear protocol otherwise."""
+    """Checks the given keys, then fills each missing one from the data (``cfg.data``): the
+    published stage on a long-tailed dataset (or a folder made by solo-ext-make-lt), solo-learn's
+    linear protocol otherwise."""
     check_given(cfg, CLASSIFIER_STAGE_OPTIONS)
-    long_tailed = facts(select(cfg, "data.dataset", "custom")).long_tailed
+    long_tailed = stage_data_long_tailed(cfg)
     for key, (published, usual) in _BY_DATASET.items():
         if select(cfg, key) is None:
             OmegaConf.update(cfg, key, published if long_tailed else usual, force_add=True)
