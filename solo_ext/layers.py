@@ -59,7 +59,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...], tuple[str, ...], str], ...] = (
         ("",),
         ("bottom", "facts", "config", "data", "eval", "run_backbone", "host", "methods"),
         "pretrain.py knn.py linear.py linear_stage.py dense_probe.py make_lt.py leaderboard/ "
-        "bench/ cli.py runs.py checkpoint.py resume.py registry.py environment.py bridge.py "
+        "bench/ recipes/ cli.py runs.py checkpoint.py resume.py registry.py environment.py "
+        "bridge.py "
         "bridge_check.py _autoload.py",
     ),
 )

@@ -4,8 +4,11 @@ trained with the loss is the reported classifier (``val_head_acc1`` and its Many
 
 The step of the official ``main.py`` / ``BCLModel``: three large crops of each image (the
 published recipe: the first with RandAugment for the classifier, two SimCLR-style views for the
-contrast) go through the backbone in one pass (BatchNorm over the 3B images, as the official
-forward of the concatenated views); the classifier is a cosine classifier (``NormedLinear``,
+contrast) go through the backbone in one pass (each process's BatchNorm over its 3B images, the
+three crops of its own B; the official forward of the concatenated views under
+``nn.DataParallel`` normalises each GPU's contiguous chunk of the 3 x 256 images instead, so its
+first GPU sees classifier crops only, and the recipes say so); the classifier is a cosine
+classifier (``NormedLinear``,
 scale 30) on the pooled features; the embeddings are an MLP (Linear, BatchNorm, ReLU, Linear)
 of the features, normalised; the class prototypes are the classifier's weights through their own
 MLP of the same shape, normalised. The loss (``solo_ext.losses.bcl``'s ``bcl_loss``) is
@@ -90,6 +93,11 @@ class BCL(SoloExtMethod, BaseMethod):
         "tau": Option(1.0, "float", 0),
         "batch_gather": Option(True, "bool"),
     }
+
+    @classmethod
+    def anchors_both_views(cls, cfg: DictConfig) -> bool:
+        """Both contrastive views are anchors of the balanced contrast."""
+        return True
 
     @classmethod
     def add_and_assert_specific_cfg(cls, cfg: DictConfig) -> DictConfig:
