@@ -66,13 +66,21 @@ def _announce(message: str) -> None:
         print(f"solo-ext: {message}", flush=True)
 
 
+# solo-learn's scripts, where a config error of solo-ext's checks is one line and exit status 2
+SOLO_LEARN_SCRIPTS = ("main_pretrain.py", "main_linear.py", "main_knn.py", "main_umap.py")
+
+
 def _config_errors(fn):
-    """Config errors of solo-ext's checks: one line on stderr and exit status 2."""
+    """Config errors of solo-ext's checks: in solo-learn's scripts one line on stderr and exit
+    status 2; called as a library function (solo-learn's own tests, a user's code), the
+    exception itself, as solo-learn's own checks raise theirs."""
 
     @functools.wraps(fn)
     def wrapped(*args, **kwargs):
         from solo_ext.cli import one_line_errors
 
+        if _prog() not in SOLO_LEARN_SCRIPTS:
+            return fn(*args, **kwargs)
         with one_line_errors(_prog()):
             return fn(*args, **kwargs)
 
@@ -96,12 +104,41 @@ def _check_checkpoint(cfg: Any) -> None:
         raise ConfigError(f"{key}={value!r}: no such file")
 
 
+def _checkpoint_given(cfg: Any) -> bool:
+    from omegaconf import OmegaConf
+
+    key = "pretrained_feature_extractor"
+    if OmegaConf.is_missing(cfg, key):
+        return False
+    return OmegaConf.select(cfg, key, default=None) not in (None, "None")
+
+
+def _uses_solo_ext(cfg: Any) -> bool:
+    """Whether a config names anything of solo-ext's: a method, a dataset, a sampler or a
+    classifier-stage key. One that does not is left to solo-learn's own checks."""
+    from omegaconf import OmegaConf
+
+    from solo_ext.eval.classifier_stage import CLASSIFIER_STAGE_OPTIONS
+    from solo_ext.registry import SOLO_EXT_METHODS
+
+    def given(key: str) -> bool:
+        return OmegaConf.select(cfg, key, default=None) is not None
+
+    return (
+        OmegaConf.select(cfg, "method", default=None) in SOLO_EXT_METHODS
+        or OmegaConf.select(cfg, "pretrain_method", default=None) in SOLO_EXT_METHODS
+        or OmegaConf.select(cfg, "data.dataset", default=None) in SOLO_EXT_ONLY
+        or given("data.sampler")
+        or any(given(key) for key in CLASSIFIER_STAGE_OPTIONS)
+    )
+
+
 def _check_solo_ext_keys(cfg: Any, module: ModuleType) -> dict[str, Any] | None:
     """solo-ext's keys, checked before solo-learn's ``parse_cfg`` fills anything in; returns
     the sampler's arguments (None: no ``data.sampler``)."""
     from omegaconf import OmegaConf
 
-    from solo_ext.config import ConfigError, declared
+    from solo_ext.config import check_given, declared
     from solo_ext.data.datasets import DATA_KEYS, fill_data_cfg
     from solo_ext.data.samplers import fill_sampler_cfg
     from solo_ext.eval.classifier_stage import (
@@ -113,26 +150,30 @@ def _check_solo_ext_keys(cfg: Any, module: ModuleType) -> dict[str, Any] | None:
     from solo_ext.run_backbone import fill_run_backbone
 
     OmegaConf.set_struct(cfg, False)
-    if module.__name__.endswith("linear"):
+    if module.__name__.endswith("linear") and _checkpoint_given(cfg):
         _check_checkpoint(cfg)
         # the run's backbone (args.json beside the checkpoint): every backbone.kwargs the config
         # does not give, before parse_cfg's {} and fill_stem_option's table default; a given
         # value that differs from the run's stops in one line naming both
         fill_run_backbone(cfg, str(cfg.pretrained_feature_extractor))
+    elif module.__name__.endswith("linear") and _uses_solo_ext(cfg):
+        _check_checkpoint(cfg)  # (its one-line error: solo-learn asserts without a message)
+    if module.__name__.endswith("linear"):
         # the classifier stage: published on a long-tailed dataset unless the config says,
         # with class-balanced sampling unless the config names a sampler
         fill_classifier_stage(cfg)
         if OmegaConf.select(cfg, "data.sampler") is None and stage_data_long_tailed(cfg):
             OmegaConf.update(cfg, "data.sampler", {"name": LONG_TAIL_SAMPLER}, force_add=True)
+    if _uses_solo_ext(cfg):  # (a config of solo-learn's alone is left to its own checks)
+        from solo_ext.config import CORE_RUN_OPTIONS
+        from solo_ext.data.dali import check_dali_keys
+
+        check_given(cfg, {"devices": CORE_RUN_OPTIONS["devices"]})
+        check_dali_keys(cfg)
     dataset = OmegaConf.select(cfg, "data.dataset", default=None)
     data_format = declared(cfg, "data.format", DATA_KEYS)
     sampler = fill_sampler_cfg(cfg, total_epochs=OmegaConf.select(cfg, "max_epochs"))
     if sampler is not None:
-        if declared(cfg, "data.no_labels", DATA_KEYS):
-            raise ConfigError(
-                f"data.sampler.name={sampler['name']!r} with data.no_labels=true: "
-                "the samplers draw by class and need the labels"
-            )
         sampler.setdefault("seed", OmegaConf.select(cfg, "seed", default=run_default("seed")))
     if data_format == "dali" and (sampler is not None or dataset in SOLO_EXT_ONLY):
         from solo_ext.data.dali import check_dali, dali_device, run_dali_device

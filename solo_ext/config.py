@@ -338,17 +338,19 @@ def device_count(devices: Any) -> int | None:
     here), or None when it is not one Lightning takes."""
     if isinstance(devices, bool):
         return None
-    if isinstance(devices, int):
-        return max(devices, 1) if devices >= -1 else None
+    if isinstance(devices, int):  # (0 processes is no run: Lightning refuses it)
+        return max(devices, 1) if devices >= 1 or devices == -1 else None
     if devices in ("auto", "-1"):
         return 1
     if isinstance(devices, str):
         parts = [p.strip() for p in devices.split(",") if p.strip()]
         if devices.isdigit():
-            return int(devices)
+            return int(devices) or None
         return len(parts) if parts and all(p.isdigit() for p in parts) else None
-    if isinstance(devices, (list, tuple, ListConfig)) and all(
-        isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in devices
+    if (
+        isinstance(devices, (list, tuple, ListConfig))
+        and len(devices) > 0
+        and all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in devices)
     ):
         return len(devices)
     return None

@@ -56,6 +56,7 @@ from solo_ext.config import (
     fill_defaults,
     select,
 )
+from solo_ext.data.dali import check_dali_keys
 from solo_ext.data.datasets import DATA_KEYS, build_dataset, targets_of
 from solo_ext.data.samplers import build_sampler, fill_sampler_cfg
 from solo_ext.data.transforms import build_eval_transform
@@ -280,6 +281,7 @@ def run(cfg: DictConfig, callbacks: Callbacks = ()) -> dict[str, Any]:
     the Lightning trainer), tests it and returns the metrics."""
     OmegaConf.set_struct(cfg, False)
     check_given(cfg, OPTIONS)
+    check_dali_keys(cfg)
     if select(cfg, "scheduler.name") == "step" and select(cfg, "scheduler.lr_decay_steps") is None:
         SGDSchedule.from_cfg(cfg)  # (given without its epochs: stops before the run is read)
     if select(cfg, "data.sampler") is not None:  # a sampler given here: checked before the run

@@ -41,7 +41,13 @@ from solo_ext.config import (
     require,
     world_size,
 )
-from solo_ext.data.dali import dali_crops, dali_device, dali_loader, run_dali_device
+from solo_ext.data.dali import (
+    check_dali_keys,
+    dali_crops,
+    dali_device,
+    dali_loader,
+    run_dali_device,
+)
 from solo_ext.data.datasets import (
     IndexedNCrop,
     build_dataset,
@@ -180,6 +186,7 @@ def parse_cfg(cfg: DictConfig) -> DictConfig:
     check_choice("scheduler.name", omegaconf_select(cfg, "scheduler.name"), method_cls._SCHEDULERS)
     check_given(cfg, RUN_OPTIONS)
     check_given(cfg, BACKBONE_OPTIONS)
+    check_dali_keys(cfg)
     fill_data_cfg(cfg)
     fill_stem_option(cfg)
     check_backbone_kwargs(cfg)

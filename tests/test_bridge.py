@@ -26,6 +26,16 @@ def no_run():
     assert not bridge_check.BROKEN, "a stand-in lacks a need of the bridge"
 
 
+@pytest.fixture(autouse=True)
+def as_solo_learns_script():
+    """The checks as solo-learn's scripts meet them (one line and exit status 2); called as a
+    library function they raise (test_a_library_call_raises_the_config_error)."""
+    argv = sys.argv
+    sys.argv = ["main_pretrain.py", *argv[1:]]
+    yield
+    sys.argv = argv
+
+
 def stand_in_args() -> types.ModuleType:
     """``solo.args.pretrain``'s contract: a dataset list it asserts on, a class-count table,
     and a ``parse_cfg`` that fills the class count from it."""
@@ -89,6 +99,19 @@ def test_parse_cfg_errors_are_one_line(data, message, capsys):
     assert stop.value.code == 2
     (line,) = capsys.readouterr().err.splitlines()
     assert line.startswith(f"{bridge._prog()}: error: ") and message in line
+    assert bridge.RUN is None
+
+
+def test_a_library_call_raises_the_config_error(monkeypatch, capsys):
+    """Outside solo-learn's scripts (its own tests, a user's code) the bridge's checks raise, as
+    solo-learn's own checks do; nothing is printed and the process goes on."""
+    from solo_ext.config import ConfigError
+
+    monkeypatch.setattr(sys, "argv", ["pytest"])
+    module = stand_in_args()
+    with pytest.raises(ConfigError, match="did you mean 'class_balanced'"):
+        module.parse_cfg(synthetic_cfg(sampler={"name": "clas_balancd"}))
+    assert capsys.readouterr().err == ""
     assert bridge.RUN is None
 
 

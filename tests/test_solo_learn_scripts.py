@@ -574,7 +574,7 @@ SCHEMA_CASES = schema_cases()
 @pytest.mark.parametrize(
     "method,given,key,value", SCHEMA_CASES, ids=[f"{m}-{k}-{v!r}" for m, _, k, v in SCHEMA_CASES]
 )
-def test_schema_walk_through_solo_learns_parse_cfg(method, given, key, value, capsys):
+def test_schema_walk_through_solo_learns_parse_cfg(method, given, key, value, capsys, monkeypatch):
     """solo-ext's keys (``method_kwargs``, ``data.sampler``, its datasets' ``data`` keys) in
     main_pretrain.py's own ``parse_cfg``: every value just outside its declaration is the same
     one line (``main_pretrain.py: error: <key>=<value>: must be ...``, exit status 2)."""
@@ -588,6 +588,7 @@ def test_schema_walk_through_solo_learns_parse_cfg(method, given, key, value, ca
     )
     for k, v in given.items():
         OmegaConf.update(cfg, k, v, force_add=True)
+    monkeypatch.setattr(sys, "argv", ["main_pretrain.py", *sys.argv[1:]])  # as in the script
     with pytest.raises(SystemExit) as info:
         parse_cfg(cfg)
     assert info.value.code == 2

@@ -335,6 +335,11 @@ def fill_sampler_cfg(cfg: Any, total_epochs: int) -> dict[str, Any] | None:
     _check_keys(name, kwargs, options)
     for key, value in kwargs.items():
         options[key].check(f"data.sampler.{key}", value)
+    if OmegaConf.select(cfg, "data.no_labels", default=None) is True:  # (both doors read this)
+        raise ConfigError(
+            f"data.sampler.name={name!r} with data.no_labels=true: "
+            "the samplers draw by class and need the labels"
+        )
     kwargs = {k: v for k, v in kwargs.items() if v is not None}
     if name == "progressive" and kwargs.get("total_epochs") is None:
         section.total_epochs = kwargs["total_epochs"] = total_epochs

@@ -1,0 +1,68 @@
+"""solo-learn's own tests give the same results with solo-ext's start-up hook on and off
+(``SOLO_EXT_AUTOLOAD=0``): the plugin changes nothing solo-learn does with a config that uses
+nothing of solo-ext. Runs where solo-learn's source (its ``tests/``) is here: the environment
+with solo-learn's pinned requirements and ``SOLO_LEARN_DIR`` (skipped elsewhere, saying why).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from solo_ext.host import HOST
+
+SOLO_DIR = os.environ.get("SOLO_LEARN_DIR")
+SUITES = ("tests/args", "tests/methods", "tests/utils")
+
+pytestmark = pytest.mark.skipif(
+    HOST != "solo" or SOLO_DIR is None or not (Path(SOLO_DIR) / "tests" / "args").is_dir(),
+    reason="needs the real solo-learn importable and its source (SOLO_LEARN_DIR with tests/)",
+)
+
+
+def environment(hook: bool) -> dict[str, str]:
+    env = {**os.environ, "SOLO_EXT_AUTOLOAD": "1" if hook else "0"}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [SOLO_DIR, env.get("PYTHONPATH")]))
+    return env
+
+
+def outcomes(hook: bool) -> dict[str, str]:
+    """Each of solo-learn's tests (node id) -> passed / failed / error / skipped."""
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider", *SUITES],
+        cwd=SOLO_DIR,
+        env=environment(hook),
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
+    found = {}
+    for line in run.stdout.splitlines():
+        match = re.match(r"^(PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS) (\S+)", line)
+        if match:
+            found[match.group(2)] = match.group(1).lower()
+    assert found, f"no outcome read from solo-learn's tests:\n{run.stdout[-2000:]}{run.stderr}"
+    return found
+
+
+def hook_registers(hook: bool) -> bool:
+    code = "import solo.methods as m; print('dscl' in m.METHODS)"
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=environment(hook), capture_output=True, text=True
+    )
+    return out.stdout.strip().endswith("True")
+
+
+def test_solo_learns_own_tests_pass_alike_with_and_without_the_plugin():
+    assert hook_registers(True) and not hook_registers(False)  # the hook is what differs
+    on, off = outcomes(True), outcomes(False)
+    assert set(on) == set(off), sorted(set(on) ^ set(off))
+    broken = sorted(t for t, result in off.items() if result == "passed" and on[t] != "passed")
+    assert not broken, f"pass without solo-ext, fail with it: {broken}"
+    mended = sorted(t for t, result in on.items() if result == "passed" and off[t] != "passed")
+    assert not mended, f"the plugin changes solo-learn's results (pass only with it): {mended}"
