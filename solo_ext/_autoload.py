@@ -29,6 +29,7 @@ _BRIDGED = (
     "solo.data.dali_dataloader",
     "solo.methods.linear",
     "solo.utils.checkpointer",
+    "solo.utils.auto_resumer",
 )
 
 

@@ -40,6 +40,7 @@ from types import ModuleType
 from typing import Any
 
 from solo_ext.bridge_check import missing, record_broken, stop_if_broken
+from solo_ext.common import announce
 from solo_ext.config import run_default
 from solo_ext.data.facts import FEW_THRESHOLD, MANY_THRESHOLD, SOLO_EXT_ONLY, facts
 
@@ -51,6 +52,11 @@ class Run:
     data: Any  # the checked ``data`` section (DictConfig)
     sampler: dict[str, Any] | None  # build_sampler arguments, None: solo-learn's shuffle
     cfg: Any = None  # the whole config (main_pretrain.py's; the method fills its keys in)
+    loader: Any = None  # main_pretrain.py's training loader, when the bridge built it
+
+
+# a solo-ext method's draw in main_pretrain.py without data.sampler (solo-ext-pretrain's too)
+DEFAULT_SAMPLER = "instance"
 
 
 RUN: Run | None = None
@@ -58,12 +64,6 @@ RUN: Run | None = None
 
 def _prog() -> str:
     return os.path.basename(sys.argv[0]) or "solo-learn"
-
-
-def _announce(message: str) -> None:
-    """Once per run, on the first process only (DDP children re-run the script)."""
-    if os.environ.get("LOCAL_RANK", "0") == "0" and os.environ.get("NODE_RANK", "0") == "0":
-        print(f"solo-ext: {message}", flush=True)
 
 
 # solo-learn's scripts, where a config error of solo-ext's checks is one line and exit status 2
@@ -173,6 +173,11 @@ def _check_solo_ext_keys(cfg: Any, module: ModuleType) -> dict[str, Any] | None:
     dataset = OmegaConf.select(cfg, "data.dataset", default=None)
     data_format = declared(cfg, "data.format", DATA_KEYS)
     sampler = fill_sampler_cfg(cfg, total_epochs=OmegaConf.select(cfg, "max_epochs"))
+    method = OmegaConf.select(cfg, "method", default=None)
+    if sampler is None and method in SOLO_EXT_METHODS and data_format != "dali":
+        # a solo-ext method draws as in solo-ext-pretrain: a seeded permutation per (seed,
+        # epoch) and rank, so that a resumed run draws what the uninterrupted one drew
+        sampler = {"name": DEFAULT_SAMPLER}
     if sampler is not None:
         sampler.setdefault("seed", OmegaConf.select(cfg, "seed", default=run_default("seed")))
     if data_format == "dali" and (sampler is not None or dataset in SOLO_EXT_ONLY):
@@ -181,14 +186,11 @@ def _check_solo_ext_keys(cfg: Any, module: ModuleType) -> dict[str, Any] | None:
         check_dali(cfg)
         dali_device(run_dali_device(cfg))
         name = "instance" if sampler is None else sampler["name"]
-        _announce(
+        announce(
             f"data.format=dali: DALI reads the training images in the {name!r} sampler's order"
         )
-    method = OmegaConf.select(cfg, "method", default=None)
     if method in SOLO_EXT_METHODS:  # what the method needs from this loader, said once
-        note = load(method).fit_to_loader(cfg, data_format)
-        if note:
-            _announce(note)
+        load(method).adapt_to_loader(cfg, data_format)
     if dataset in SOLO_EXT_ONLY:
         fill_data_cfg(cfg)
         # solo-learn's parse_cfg reads the class count of a known name from this table
@@ -261,8 +263,8 @@ def _wrap_parse_cfg(module: ModuleType) -> None:
             _solo_learn_crops(cfg)
         fill_stem_option(cfg)
         RUN = Run(cfg.data, sampler, cfg)
-        if sampler is not None:
-            _announce(f"training batches are drawn by the {sampler['name']!r} sampler")
+        if OmegaConf.select(cfg, "data.sampler") is not None:
+            announce(f"training batches are drawn by the {sampler['name']!r} sampler")
         return cfg
 
     parse_cfg.__wrapped__ = original
@@ -369,6 +371,7 @@ def _run_data(dataset: str) -> Any:
 def _train_loader(dataset: Any, batch_size: int, num_workers: int) -> Any:
     """solo-learn's training loader (batch, workers, pinned memory, drop_last), drawing with the
     run's sampler."""
+    import torch
     from torch.utils.data import DataLoader
 
     from solo_ext.data.datasets import targets_of
@@ -377,6 +380,8 @@ def _train_loader(dataset: Any, batch_size: int, num_workers: int) -> Any:
     assert RUN is not None and RUN.sampler is not None
     args = dict(RUN.sampler)
     labels = targets_of(dataset)
+    if labels is None and args["name"] == DEFAULT_SAMPLER:  # (uniform over images)
+        labels = [0] * len(dataset)
     if labels is None:
         raise RuntimeError(f"solo-ext: {type(dataset).__name__} has no labels to sample by")
     sampler = build_sampler(args.pop("name"), labels, **args)
@@ -387,6 +392,9 @@ def _train_loader(dataset: Any, batch_size: int, num_workers: int) -> Any:
         num_workers=num_workers,
         pin_memory=True,
         drop_last=True,
+        # the workers' base seed comes from here (reseeded per epoch by EpochSeed), not from
+        # the global RNG, as in solo-ext-pretrain
+        generator=torch.Generator().manual_seed(args["seed"]),
     )
 
 
@@ -399,7 +407,7 @@ def _method_transform() -> Any:
 
     transform = method_transform(RUN.cfg)
     if transform is not None:
-        _announce(f"{RUN.cfg.get('method')}: the loader makes its views: {transform!r}")
+        announce(f"{RUN.cfg.get('method')}: the loader makes its views: {transform!r}")
     return transform
 
 
@@ -430,6 +438,20 @@ def _with_stats(dataset: str, cfg: Any) -> Any:
     return cfg
 
 
+def _epoch_seed(model: Any) -> list[Any]:
+    """solo-ext-pretrain's per-epoch seeding (``EpochSeed``: the global RNGs from (seed,
+    epoch, rank), the sampler's epoch set when a checkpoint is loaded), which makes a resumed run
+    the uninterrupted one, brought by a solo-ext method into main_pretrain.py's Trainer; nothing
+    where the door has its own or the bridge did not build the loader."""
+    from solo_ext.resume import EpochSeed
+
+    if RUN is None or RUN.loader is None:
+        return []
+    if any(isinstance(cb, EpochSeed) for cb in getattr(model.trainer, "callbacks", [])):
+        return []
+    return [EpochSeed(RUN.cfg.seed, RUN.loader.sampler, RUN.loader.generator)]
+
+
 def _patch_pretrain_loader(module: ModuleType) -> None:
     build_transform, prepare_datasets = module.build_transform_pipeline, module.prepare_datasets
     prepare_dataloader = module.prepare_dataloader
@@ -456,7 +478,12 @@ def _patch_pretrain_loader(module: ModuleType) -> None:
     def prepare_dataloader_(train_dataset, batch_size=64, num_workers=4):
         if RUN is None or RUN.sampler is None:
             return prepare_dataloader(train_dataset, batch_size, num_workers)
-        return _train_loader(train_dataset, batch_size, num_workers)
+        from solo_ext.methods.base import DOOR_CALLBACKS
+
+        if _epoch_seed not in DOOR_CALLBACKS:
+            DOOR_CALLBACKS.append(_epoch_seed)
+        RUN.loader = _train_loader(train_dataset, batch_size, num_workers)
+        return RUN.loader
 
     module.build_transform_pipeline = build_transform_pipeline
     module.prepare_datasets = prepare_datasets_
@@ -716,36 +743,110 @@ def _patch_linear_model(module: ModuleType) -> None:
     module.LinearModel = LinearModel
 
 
-# --- solo-learn's args.json --------------------------------------------------------------------
+# --- solo-learn's checkpoints and auto-resume ------------------------------------------------
+
+
+def _resumed_dir(checkpointer: Any, trainer: Any) -> Any:
+    """The run directory that a solo-ext run resumed from one of this checkpointer's
+    checkpoints (``<dir>/<method>/<id>/``) continues in; None for another checkpoint or a
+    config of solo-learn's alone. (solo-learn names the directory after the logger's version:
+    with wandb the resumed run's id, so it continues there itself; with Lightning's default
+    logger a new version, so a new directory.)"""
+    from pathlib import Path
+
+    ckpt = getattr(trainer, "ckpt_path", None)
+    if not ckpt or not _uses_solo_ext(checkpointer.cfg):
+        return None
+    run_dir = Path(ckpt).resolve().parent
+    return run_dir if run_dir.parent == checkpointer.logdir.resolve() else None
 
 
 def _patch_checkpointer(module: ModuleType) -> None:
     base = module.Checkpointer
-    original = base.save_args
+    setup = base.initial_setup
 
-    @functools.wraps(original)
+    @functools.wraps(setup)
+    def initial_setup(self, trainer):
+        """solo-learn's run directory, with two additions: every checkpoint write of the run
+        is atomic (a temporary file, fsync, rename: a killed write leaves the previous file
+        whole), and a solo-ext run resumed from one of its checkpoints continues in that run's
+        directory, as solo-ext-pretrain's do (the temporary files of killed writes there are
+        removed first)."""
+        from pathlib import Path
+
+        from lightning.pytorch.plugins.io import TorchCheckpointIO
+
+        from solo_ext.resume import AtomicSaveIO, remove_stale_temporaries
+
+        if type(trainer.strategy.checkpoint_io) is TorchCheckpointIO:  # (not a user's own)
+            trainer.strategy.checkpoint_io = AtomicSaveIO()
+        setup(self, trainer)
+        resumed = _resumed_dir(self, trainer)
+        if resumed is not None and resumed != self.path.resolve():
+            if trainer.is_global_zero and self.path.is_dir() and not any(self.path.iterdir()):
+                self.path.rmdir()  # (the new version's directory, made just now)
+            self.path = resumed
+            self.ckpt_placeholder = f"{self.cfg.name}-{resumed.name}" + "-ep={}.ckpt"
+        if resumed is not None:
+            # the checkpoint resumed from is the run's last: replaced by the next one, as in
+            # the uninterrupted run (unless checkpoint.keep_prev)
+            self.last_ckpt = Path(trainer.ckpt_path)
+        if trainer.is_global_zero and getattr(trainer, "ckpt_path", None):
+            remove_stale_temporaries(Path(trainer.ckpt_path).parent)
+
+    @functools.wraps(base.save_args)
     def save_args(self, trainer):
-        """solo-learn's ``args.json``, with the run's environment (``environment``: versions,
-        device, precision, processes), as ``solo-ext-pretrain`` writes it."""
-        original(self, trainer)
+        """solo-learn's ``args.json``, written atomically, with the run's environment
+        (``environment``: versions, device, precision, processes), as ``solo-ext-pretrain``
+        writes it."""
         if not trainer.is_global_zero:
             return
         import json
 
+        from omegaconf import OmegaConf
+
         from solo_ext.common import atomic_write_text
         from solo_ext.environment import of_trainer
 
-        path = self.path / "args.json"
-        try:
-            args = json.loads(path.read_text())
-        except (OSError, ValueError):  # solo-learn wrote none: nothing to add to
-            return
+        args = OmegaConf.to_container(self.cfg)  # solo-learn's content, its keys in its order
+        args["wandb_run_id"] = getattr(self, "wandb_run_id", None)
         data_format = RUN.data.get("format") if RUN is not None else None
         args["environment"] = of_trainer(trainer, data_format)
         text = json.dumps(args, default=lambda o: "<not serializable>")
-        atomic_write_text(path, text)
+        atomic_write_text(self.path / "args.json", text)
 
+    base.initial_setup = initial_setup
     base.save_args = save_args
+
+
+def _patch_auto_resumer(module: ModuleType) -> None:
+    base = module.AutoResumer
+    find = base.find_checkpoint
+
+    @functools.wraps(find)
+    def find_checkpoint(self, cfg):
+        """solo-learn's choice of run; of its checkpoints the newest readable one: an
+        unreadable file (truncated by a kill before writes were atomic, foreign) is passed
+        over in one line, and a run without a readable checkpoint starts anew. solo-learn's
+        pick comes first for a config of solo-learn's alone (it takes the first file it
+        lists), the newest for a solo-ext one."""
+        from pathlib import Path
+
+        from solo_ext.resume import by_age, newest_readable
+
+        found, run_id = find(self, cfg)
+        if found is None:
+            return found, run_id
+        found = Path(found)
+        others = by_age(p for p in found.parent.glob("*.ckpt") if p != found)
+        order = by_age([found, *others]) if _uses_solo_ext(cfg) else [found, *others]
+        chosen = newest_readable(order)
+        if chosen is None:
+            announce(f"auto_resume: no readable checkpoint in {str(found.parent)!r}: starting anew")
+            return None, None
+        return chosen, run_id
+
+    base.find_checkpoint = find_checkpoint
 
 
 PATCHES = {
@@ -758,6 +859,7 @@ PATCHES = {
     "solo.data.dali_dataloader": _patch_dali_loaders,
     "solo.methods.linear": _patch_linear_model,
     "solo.utils.checkpointer": _patch_checkpointer,
+    "solo.utils.auto_resumer": _patch_auto_resumer,
 }
 
 

@@ -94,6 +94,17 @@ def _method_of(cls_name: str, *methods: str) -> Need:
     return Need(f"{cls_name}.{', '.join(methods)}", present)
 
 
+def _sets(cls_name: str, method: str, *attributes: str) -> Need:
+    """``cls_name.method`` sets these attributes (the bridge sets them instead on a resume)."""
+
+    def present(module: ModuleType) -> bool:
+        fn = getattr(getattr(module, cls_name, None), method, None)
+        code = getattr(fn, "__code__", None)
+        return code is not None and set(attributes) <= set(code.co_names)
+
+    return Need(f"{cls_name}.{method} setting {', '.join(attributes)}", present)
+
+
 _ARGS = (
     _function("parse_cfg", "cfg"),
     _attr("_SUPPORTED_DATASETS", list),
@@ -130,7 +141,11 @@ NEEDS: dict[str, tuple[Need, ...]] = {
     "solo.methods.linear": (
         _method_of("LinearModel", "validation_step", "on_validation_epoch_end"),
     ),
-    "solo.utils.checkpointer": (_method_of("Checkpointer", "save_args"),),
+    "solo.utils.checkpointer": (
+        _method_of("Checkpointer", "initial_setup", "save_args", "save"),
+        _sets("Checkpointer", "initial_setup", "path", "ckpt_placeholder", "last_ckpt"),
+    ),
+    "solo.utils.auto_resumer": (_method_of("AutoResumer", "find_checkpoint"),),
 }
 
 # module -> what is missing there ("<module> has no <need>", or why the methods could not be

@@ -72,6 +72,16 @@ def find_checkpoint(run_dir: str | Path) -> Path:
     return ckpts[-1]
 
 
+def unreadable(path: str | Path) -> str | None:
+    """Why a run cannot resume from the checkpoint file ``path`` (missing, truncated, foreign,
+    no training state), or None when it can."""
+    try:
+        read_checkpoint("checkpoint", path, training=True)
+    except ConfigError as err:
+        return str(err).split(": ", 1)[-1]
+    return None
+
+
 def read_checkpoint(key: str, path: str | Path, training: bool = False) -> dict:
     """The checkpoint file that ``key`` names, read without its tensors' bytes (memory-mapped);
     a missing, truncated or foreign file, or (``training``) one without the training state to

@@ -37,12 +37,35 @@ def did_you_mean(word: str, options: Iterable[str]) -> str:
     return f" (did you mean {match[0]!r}?)" if match else ""
 
 
+def announce(message: str) -> None:
+    """``solo-ext: <message>`` once per run: on the first process only (the processes of a
+    distributed run, and DDP's children that re-run the script, say nothing)."""
+    if os.environ.get("LOCAL_RANK", "0") == "0" and os.environ.get("NODE_RANK", "0") == "0":
+        print(f"solo-ext: {message}", flush=True)
+
+
+# atomic_write's temporary file of <name>: .<name>.<random>.tmp beside it
+TEMPORARY = (".", ".tmp")
+
+
+def temporaries_of(directory: str | Path) -> list[Path]:
+    """The temporary files of :func:`atomic_write` in ``directory`` (those of killed writes,
+    when no write is under way)."""
+    start, end = TEMPORARY
+    if not os.path.isdir(directory):
+        return []
+    return sorted(
+        p for p in Path(directory).iterdir() if p.name.startswith(start) and p.name.endswith(end)
+    )
+
+
 def atomic_write(path: str | Path, write: Callable[[Any], None], mode: str) -> None:
     """Writes through a temporary file in the same directory and a rename: an interrupted write
     leaves the previous file whole."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    start, end = TEMPORARY
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f"{start}{path.name}.", suffix=end)
     try:
         with os.fdopen(fd, mode) as f:
             write(f)

@@ -64,7 +64,12 @@ from solo_ext.data.transforms import (
 from solo_ext.environment import of_trainer
 from solo_ext.host import BACKBONES, METHODS, build_backbone, omegaconf_select
 from solo_ext.registry import register
-from solo_ext.resume import AtomicCheckpointIO, EpochSeed, find_auto_resume
+from solo_ext.resume import (
+    AtomicCheckpointIO,
+    EpochSeed,
+    find_auto_resume,
+    remove_stale_temporaries,
+)
 
 # top-level keys of solo-learn's pretraining configs (Lightning's Trainer arguments also pass)
 KNOWN_KEYS = {
@@ -232,10 +237,8 @@ def parse_cfg(cfg: DictConfig) -> DictConfig:
     check_optimizer_kwargs(cfg, method_cls._OPTIMIZERS)
 
     # what the method needs from this loader (PBSD under DALI: its patches on the device)
-    fit = getattr(method_cls, "fit_to_loader", None)
-    note = fit(cfg, cfg.data.format) if fit is not None else None
-    if note and os.environ.get("LOCAL_RANK", "0") == "0":
-        print(f"solo-ext: {note}", flush=True)
+    if hasattr(method_cls, "adapt_to_loader"):  # (solo-learn's own methods need nothing)
+        method_cls.adapt_to_loader(cfg, cfg.data.format)
     # the method's own defaults and checks, still before any work
     try:
         method_cls.add_and_assert_specific_cfg(cfg)
@@ -355,6 +358,8 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         ckpt = read_checkpoint(key, ckpt_path, training=True)
         check_fits(key, ckpt_path, ckpt, model, f"method={cfg.method!r}")
         del ckpt
+        if found is not None and os.environ.get("LOCAL_RANK", "0") == "0":
+            remove_stale_temporaries(run_dir)  # (the killed writes of the run it continues)
     callbacks: list[Any] = [EpochSeed(cfg.seed, train_loader.sampler, train_loader.generator)]
     if cfg.checkpoint.enabled:
         callbacks += checkpoint_callbacks(cfg, run_dir, run_id)

@@ -232,11 +232,22 @@ def healthy(name: str) -> types.ModuleType:
         "solo.methods.linear": "class LinearModel:\n"
         "    def validation_step(self, batch, batch_idx): pass\n"
         "    def on_validation_epoch_end(self): pass\n",
-        "solo.utils.checkpointer": "class Checkpointer:\n    def save_args(self, trainer): pass\n",
+        "solo.utils.checkpointer": CHECKPOINTER,
+        "solo.utils.auto_resumer": "class AutoResumer:\n"
+        "    def find_checkpoint(self, cfg): return None, None\n",
     }
     code["solo.args.linear"] = code["solo.args.pretrain"]
     exec(code[name], module.__dict__)
     return module
+
+
+CHECKPOINTER = (
+    "class Checkpointer:\n"
+    "    def initial_setup(self, trainer):\n"
+    "        self.path, self.ckpt_placeholder, self.last_ckpt = None, None, None\n"
+    "    def save_args(self, trainer): pass\n"
+    "    def save(self, trainer): pass\n"
+)
 
 
 def _drop(name: str):
@@ -280,7 +291,13 @@ LOSE = {
     "LinearModel.validation_step, on_validation_epoch_end": lambda module: delattr(
         module.LinearModel, "on_validation_epoch_end"
     ),
-    "Checkpointer.save_args": _redefine("class Checkpointer: pass\n"),
+    "Checkpointer.initial_setup, save_args, save": _redefine(
+        "class Checkpointer:\n    def save_args(self, trainer): pass\n"
+    ),
+    "Checkpointer.initial_setup setting path, ckpt_placeholder, last_ckpt": _redefine(
+        CHECKPOINTER.replace("self.last_ckpt", "self.last")
+    ),
+    "AutoResumer.find_checkpoint": _redefine("class AutoResumer: pass\n"),
 }
 NEEDED = [(module, need.name) for module, needs in bridge_check.NEEDS.items() for need in needs]
 

@@ -88,13 +88,30 @@ def test_resume_from_checkpoint_continues_exactly(method, make_cfg, preempted):
     _assert_same_run(resumed, full)
 
 
-def test_auto_resume_continues_in_the_same_run_directory(make_cfg, preempted):
+def test_auto_resume_continues_in_the_same_run_directory(make_cfg, preempted, capsys):
+    """... from the newest readable checkpoint: a newer one that cannot be read (truncated
+    under its name) is passed over in one line, and the temporary file of a killed write in the
+    run's directory is removed."""
     full = run(make_cfg("dscl", **COMMON))
     first = preempted(make_cfg("dscl", **COMMON))
+    run_dir = Path(first["run_dir"])
+    (ep0,) = run_dir.glob("*.ckpt")
+    truncated = run_dir / ep0.name.replace("-ep=0.ckpt", "-ep=1.ckpt")
+    truncated.write_bytes(ep0.read_bytes()[:1000])
+    killed_write = run_dir / f".{truncated.name}.a1b2c3.tmp"
+    killed_write.write_bytes(b"\0" * 10)
+    capsys.readouterr()
     resumed = run(make_cfg("dscl", **COMMON, **{"auto_resume.enabled": True}))
+    out = capsys.readouterr().out
+    said = [line for line in out.splitlines() if "passing over" in line]
+    assert len(said) == 1 and truncated.name in said[0], out
+    assert f"Resuming from {ep0}" in out
     assert resumed["run_dir"] == first["run_dir"]
-    names = sorted(p.name.rsplit("-", 1)[1] for p in Path(first["run_dir"]).glob("*.ckpt"))
-    assert names == ["ep=0.ckpt", "ep=1.ckpt"]
+    assert not killed_write.exists()
+    # the unreadable file is left as it was; Lightning's checkpointer writes epoch 1 beside it
+    again = truncated.with_name(truncated.name.replace(".ckpt", "-v1.ckpt"))
+    assert sorted(run_dir.glob("*.ckpt")) == sorted([ep0, truncated, again])
+    assert truncated.stat().st_size == 1000
     _assert_same_run_losses_only(resumed, full)
 
 

@@ -63,8 +63,11 @@ SMALL = [
 ]
 
 
-def solo(script: str, args: list[str], cwd: Path, **env: str) -> subprocess.CompletedProcess:
-    """``python <solo-learn>/<script> <args>`` in ``cwd``, with the test shim on PYTHONPATH."""
+def solo(
+    script: str, args: list[str], cwd: Path, start_new_session: bool = False, **env: str
+) -> subprocess.CompletedProcess:
+    """``python <solo-learn>/<script> <args>`` in ``cwd``, with the test shim on PYTHONPATH
+    (``start_new_session``: in a process group of its own, which the shim's kills take)."""
     shim = str(ROOT / "tests" / "solo_shim")
     path = os.pathsep.join(filter(None, [shim, os.environ.get("PYTHONPATH")]))
     return subprocess.run(
@@ -74,6 +77,7 @@ def solo(script: str, args: list[str], cwd: Path, **env: str) -> subprocess.Comp
         text=True,
         timeout=600,
         env={**os.environ, "PYTHONPATH": path, "PYTHONWARNINGS": "ignore", **env},
+        start_new_session=start_new_session,
     )
 
 

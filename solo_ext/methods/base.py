@@ -9,13 +9,14 @@ across keys; they stay thin.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from omegaconf import DictConfig
 
+from solo_ext.common import announce
 from solo_ext.config import ConfigError, Option, check_options, fill_options, world_size
 from solo_ext.data.facts import FEW_THRESHOLD, MANY_THRESHOLD
 from solo_ext.eval.knn_classifier import LongTailKNN
@@ -73,6 +74,12 @@ def long_tail_knn(cfg: DictConfig) -> LongTailKNN | None:
         k=cfg.knn_eval.k,
         distance_fx=cfg.knn_eval.distance_func,  # filled in by the host
     )
+
+
+# callbacks that a door which builds no Trainer of its own has every solo-ext method bring, each
+# a function of the model (solo-learn's main_pretrain.py, through the bridge: the per-epoch
+# seeding that makes a resumed run the uninterrupted one)
+DOOR_CALLBACKS: list[Callable[[Any], list[Any]]] = []
 
 
 class SoloExtMethod:
@@ -134,6 +141,17 @@ class SoloExtMethod:
         returns what it changed (said once), or None. The bridge names no method: what a method
         needs from the loader is said here and in ``pretrain_transform``."""
         return None
+
+    def configure_callbacks(self) -> list[Any]:
+        """Lightning's hook: the callbacks of :data:`DOOR_CALLBACKS`."""
+        return [cb for make in DOOR_CALLBACKS for cb in make(self)]
+
+    @classmethod
+    def adapt_to_loader(cls, cfg: DictConfig, data_format: str) -> None:
+        """:meth:`fit_to_loader`, and what it changed said once: the one call of both doors."""
+        note = cls.fit_to_loader(cfg, data_format)
+        if note:
+            announce(note)
 
     @classmethod
     def pretrain_transform(cls, cfg: DictConfig) -> Any:

@@ -8,6 +8,10 @@ tests/test_solo_learn_scripts.py (on ``PYTHONPATH``, so DDP's child processes lo
   every batch with ``.cuda()``; this machine has no GPU).
 - ``SOLO_EXT_TEST_CIFAR_UNCHECKED=1``: torchvision skips the checksums of CIFAR's files (the
   tests write tiny stand-ins).
+- ``SOLO_EXT_TEST_KILL_AT=<step>``: SIGKILL to the whole process group (every process of a
+  DDP run) when training step ``<step>`` (the global step) is about to run, as a pre-emption.
+- ``SOLO_EXT_TEST_KILL_IN_SAVE=<text>``: SIGKILL to the process group in the middle of the
+  ``torch.save`` of a file whose name contains ``<text>``: half the bytes are on disk.
 - ``SOLO_EXT_TEST_RENAME=<module>:<name>``: renames a name of a solo-learn module (or
   ``<Class>.<name>``) to ``<name>_renamed`` right after the module is executed, before solo-ext's
   bridge looks at it: a solo-learn release that renamed what the bridge needs.
@@ -41,6 +45,58 @@ AFTER = {}
 if os.environ.get("SOLO_EXT_TEST_SPY"):
     AFTER["solo_ext.methods.base"] = lambda m: _spy_on(m.MomentumQueueMethod, 2)
     AFTER["solo.methods.linear"] = lambda m: _spy_on(m.LinearModel, 1)
+
+
+def _kill_all() -> None:
+    import signal
+
+    os.killpg(os.getpgrp(), signal.SIGKILL)
+
+
+if os.environ.get("SOLO_EXT_TEST_KILL_AT"):
+
+    def _kill_at(base) -> None:
+        from lightning.pytorch.callbacks import Callback
+
+        step = int(os.environ["SOLO_EXT_TEST_KILL_AT"])
+
+        class KillAt(Callback):
+            def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+                if trainer.global_step == step:
+                    _kill_all()
+
+        base.DOOR_CALLBACKS.append(lambda model: [KillAt()])
+
+    AFTER["solo_ext.methods.base"] = _kill_at
+if os.environ.get("SOLO_EXT_TEST_KILL_IN_SAVE"):
+
+    def _kill_in_save(torch) -> None:
+        import io
+
+        save, text = torch.save, os.environ["SOLO_EXT_TEST_KILL_IN_SAVE"]
+
+        def killed_save(obj, f, *args, **kwargs):
+            name = str(getattr(f, "name", f))
+            try:  # (a file opened from a descriptor is named by its number)
+                name = os.readlink(f"/proc/self/fd/{f.fileno()}")
+            except (AttributeError, OSError):  # a path, a buffer
+                pass
+            if text not in os.path.basename(name):
+                return save(obj, f, *args, **kwargs)
+            buffer = io.BytesIO()
+            save(obj, buffer, *args, **kwargs)
+            data = buffer.getvalue()[: buffer.tell() // 2]
+            if hasattr(f, "write"):
+                f.write(data)
+                f.flush()
+            else:
+                with open(f, "wb") as out:
+                    out.write(data)
+            _kill_all()
+
+        torch.save = killed_save
+
+    AFTER["torch"] = _kill_in_save
 if os.environ.get("SOLO_EXT_TEST_CUDA_IS_CPU"):
 
     def _cuda_is_cpu(torch):
