@@ -33,9 +33,32 @@ from solo_ext.modules.feature_maps import feature_map, last_feature_map
 from solo_ext.modules.queue import KeyQueue, LabeledQueue
 
 
+def _meta_pass(
+    cfg: DictConfig, size: int, what: str, hint: str = ""
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(last map, pooled features) of the run's backbone on images of ``size`` px, built and run
+    on the meta device (shapes only, no arithmetic); a backbone without a known map stops in one
+    line (ValueError naming its class), one that refuses the size in one line naming ``what``
+    (then ``hint``)."""
+    kwargs = dict(omegaconf_select(cfg, "backbone.kwargs") or {})
+    name = cfg.backbone.name
+    with torch.device("meta"):
+        backbone = build_backbone(name, cfg.method, cfg.data.dataset, kwargs).eval()
+        try:
+            return feature_map(backbone, torch.empty(2, 3, size, size))
+        except (AssertionError, RuntimeError) as err:
+            reason = str(err).splitlines()[0] if str(err) else type(err).__name__
+            raise ConfigError(
+                f"backbone.name={name!r} does not take the {size} px {what} of "
+                f"method={cfg.method!r} ({reason}){hint}"
+            ) from None
+
+
 def require_spatial_map(cfg: DictConfig) -> None:
     """Stops a method that works on the backbone's last feature map (PBSD's teacher, DenseCL's
     dense term) when that map is 1x1 at the first crop size: both would degenerate silently.
+    Also stops, in one line, a backbone without a known map (:mod:`solo_ext.modules.feature_maps`)
+    and one that refuses the crop (a timm ViT or Swin built for another ``img_size``).
 
     The map is measured by a forward pass on the meta device (shapes only, no arithmetic).
     """
@@ -43,17 +66,28 @@ def require_spatial_map(cfg: DictConfig) -> None:
     if not augs:
         return
     crop = augs[0].crop_size
-    kwargs = dict(omegaconf_select(cfg, "backbone.kwargs") or {})
-    with torch.device("meta"):
-        backbone = build_backbone(cfg.backbone.name, cfg.method, cfg.data.dataset, kwargs)
-        fmap, _ = feature_map(backbone.eval(), torch.empty(2, 3, crop, crop))
-    if fmap.shape[-2] * fmap.shape[-1] == 1:
-        raise ConfigError(
-            f"backbone.name={cfg.backbone.name!r} on data.dataset={cfg.data.dataset!r} at "
-            f"crop_size={crop}: its last feature map is 1x1, so method={cfg.method!r} has no "
-            "locations to work on; use a larger crop or a small-image stem "
-            "(backbone.kwargs.small_image_stem=true, cifar_resnet32)"
+    name = str(cfg.backbone.name)
+    hint = ""
+    if name.startswith(("vit", "swin")):  # timm's, built for their img_size
+        hint = (
+            f"; set backbone.kwargs.img_size={crop} (224 by default) or "
+            "backbone.kwargs.dynamic_img_size=true"
         )
+    fmap, _ = _meta_pass(cfg, crop, "crops", hint)
+    if fmap.shape[-2] * fmap.shape[-1] == 1:
+        stem = "or a small-image stem (backbone.kwargs.small_image_stem=true, cifar_resnet32)"
+        raise ConfigError(
+            f"backbone.name={name!r} on data.dataset={cfg.data.dataset!r} at "
+            f"crop_size={crop}: its last feature map is 1x1, so method={cfg.method!r} has no "
+            "locations to work on; use a larger crop"
+            + (f" {stem}" if name.startswith("resnet") else "")
+        )
+
+
+def require_input_size(cfg: DictConfig, size: int, what: str) -> None:
+    """Stops, in one line naming ``what``, a run whose backbone refuses ``size`` px inputs (a
+    meta-device pass, as :func:`require_spatial_map`)."""
+    _meta_pass(cfg, size, what)
 
 
 # how a queue starts (``method_kwargs.queue_start``): random unit keys in the loss from the first

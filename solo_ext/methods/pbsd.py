@@ -27,7 +27,9 @@ Extra config (``method_kwargs``, besides those of ``dscl``):
     box_ratio (list[float]): aspect-ratio range. Default [0.75, 1.3333].
     box_crop_size (int | None): side of the patches; default 64 px per 224 px of crop.
     patch_source (str): "loader" or "device", see above. Default "loader".
-ViT backbones need ``backbone.kwargs.dynamic_img_size: true`` (the patches are smaller).
+ViT and Swin backbones need ``backbone.kwargs.dynamic_img_size: true`` (the patches are smaller
+than the crop); the patch side is rounded to a multiple of their patch (Swin's: 4 px), and is at
+least 32 px for ConvNeXt.
 """
 
 from __future__ import annotations
@@ -51,7 +53,7 @@ from solo_ext.config import (
 from solo_ext.data.pbsd_views import PBSDViews
 from solo_ext.data.transforms import augmentation_value, crops_of, flip_prob, normalize
 from solo_ext.losses.pbsd import pbsd_loss
-from solo_ext.methods.base import require_spatial_map
+from solo_ext.methods.base import require_input_size, require_spatial_map
 from solo_ext.methods.dscl import DecoupledLoss
 from solo_ext.methods.scl import SCL, StepTerm
 from solo_ext.modules.patches import DevicePatchAugment, crop_boxes, roi_pool, sample_boxes
@@ -94,12 +96,14 @@ class PatchDistillation(StepTerm):
     def check(cls, cfg: DictConfig) -> None:
         kw = cfg.method_kwargs
         kwargs = cfg.backbone.get("kwargs") or {}
-        if str(cfg.backbone.name).startswith("vit") and not kwargs.get("dynamic_img_size"):
+        name = str(cfg.backbone.name)
+        if name.startswith(("vit", "swin")) and not kwargs.get("dynamic_img_size"):
             raise ConfigError(
                 f"backbone.kwargs.dynamic_img_size={kwargs.get('dynamic_img_size')}"
-                ": pbsd feeds smaller crops to the ViT; set it to true"
+                f": pbsd feeds patches smaller than the crop to {name}; set it to true"
             )
         require_spatial_map(cfg)
+        require_input_size(cfg, cls.patch_size(cfg), "patches (method_kwargs.box_crop_size)")
         crops = crops_of(cfg.augmentations)
         if kw.patch_source == "loader" and len(crops) != 2:
             raise ConfigError(
@@ -109,13 +113,21 @@ class PatchDistillation(StepTerm):
 
     @classmethod
     def patch_size(cls, cfg: DictConfig) -> int:
-        """``box_crop_size``, else 64 px per 224 px of crop; a multiple of a ViT's patch."""
+        """``box_crop_size``, else 64 px per 224 px of crop; made a size the backbone takes: a
+        multiple of a ViT's patch (``backbone.kwargs.patch_size``) or of Swin's (4 px), at least
+        32 px for ConvNeXt (its last downsampling needs a 2x2 map)."""
         size = cfg.method_kwargs.box_crop_size
         crop = cfg.augmentations[0].crop_size
         size = size if size is not None else max(8, round(64 * crop / 224))
-        if str(cfg.backbone.name).startswith("vit"):
-            patch = declared(cfg, "backbone.kwargs.patch_size", BACKBONE_OPTIONS)
+        name = str(cfg.backbone.name)
+        if name.startswith(("vit", "swin")):
+            if name.startswith("swin"):
+                patch = 4  # solo-learn's Swins: patch_size=4
+            else:
+                patch = declared(cfg, "backbone.kwargs.patch_size", BACKBONE_OPTIONS)
             size = max(patch, round(size / patch) * patch)
+        elif name.startswith("convnext"):
+            size = max(32, size)
         return size
 
     @classmethod
