@@ -16,6 +16,8 @@ import pytest
 import torch
 from test_solo_learn_scripts import CPU, SMALL, ok, solo
 
+from solo_ext.registry import SOLO_EXT_METHODS
+
 # SMALL's synthetic_lt (24 ... 6 images of 6 classes, 78 in all) for three epochs; with batch 8
 # an epoch is 9 steps on one process (batch 4 on each of two: 9 steps too; drop_last)
 EPOCHS = [a for a in SMALL if not a.startswith("max_epochs")] + ["max_epochs=3"]
@@ -33,12 +35,12 @@ RUNS = {
 RESUME = ["auto_resume.enabled=True"]
 
 
-def pretrain(where: Path, args: list[str], **env: str):
-    """main_pretrain.py with synthetic-lt/scl in its own process group (the shim's kill takes
-    every process of the run, and only those)."""
+def pretrain(where: Path, args: list[str], method: str = "scl", **env: str):
+    """main_pretrain.py with synthetic-lt/<method> in its own process group (the shim's kill
+    takes every process of the run, and only those)."""
     return solo(
         "main_pretrain.py",
-        ["--config-name", "synthetic-lt/scl", *args],
+        ["--config-name", f"synthetic-lt/{method}", *args],
         where,
         start_new_session=True,
         OMP_NUM_THREADS="1",
@@ -50,8 +52,8 @@ def killed(proc) -> None:
     assert proc.returncode == -9, (proc.returncode, proc.stderr[-3000:])
 
 
-def run_dir_of(where: Path) -> Path:
-    (run_dir,) = (where / "trained_models" / "scl").iterdir()
+def run_dir_of(where: Path, method: str = "scl") -> Path:
+    (run_dir,) = (where / "trained_models" / method).iterdir()
     return run_dir
 
 
@@ -98,6 +100,21 @@ def test_killed_in_mid_epoch_resumes_to_the_uninterrupted_weights(
     assert run_dir_of(tmp_path) == run_dir
     assert last_ckpt(run_dir).name.endswith(f"-{run_dir.name}-ep=2.ckpt")
     assert_same_weights(last_ckpt(run_dir), uninterrupted[processes])
+
+
+@pytest.mark.parametrize("method", sorted(set(SOLO_EXT_METHODS) - {"scl"}))
+def test_every_method_killed_in_mid_epoch_resumes_exactly(method, tmp_path):
+    """The same for every other method (one process): queues, support sets, targets, heads,
+    PBSD's loader-made patches and box generator, DenseCL's dense queue."""
+    args = RUNS["1 process"]
+    for where in ("full", "run"):
+        (tmp_path / where).mkdir()
+    ok(pretrain(tmp_path / "full", args, method))
+    killed(pretrain(tmp_path / "run", args, method, SOLO_EXT_TEST_KILL_AT=str(STEPS_PER_EPOCH + 4)))
+    ok(pretrain(tmp_path / "run", [*args, *RESUME], method))
+    want, got = (last_ckpt(run_dir_of(tmp_path / d, method)) for d in ("full", "run"))
+    assert got.name.endswith("-ep=2.ckpt")
+    assert_same_weights(got, want)
 
 
 def test_killed_in_a_checkpoint_write_loses_nothing(uninterrupted, tmp_path):
