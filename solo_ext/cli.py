@@ -28,7 +28,8 @@ _HYDRA_QUIET = {
 
 def hydra_argv(argv: list[str]) -> list[str]:
     """Makes ``--config-path`` absolute (Hydra resolves a relative one against the installed
-    module, not the shell's directory) and adds the quiet Hydra settings unless given."""
+    module, not the shell's directory) and adds the quiet Hydra settings unless given, next to
+    the given overrides (so that ``--cfg job`` may stand anywhere)."""
     out = [argv[0]]
     args = iter(argv[1:])
     for arg in args:
@@ -38,9 +39,13 @@ def hydra_argv(argv: list[str]) -> list[str]:
             out.append("--config-path=" + os.path.abspath(arg.split("=", 1)[1]))
         else:
             out.append(arg)
-    given = {a.split("=", 1)[0].lstrip("+~") for a in out[1:] if "=" in a}
-    out += [f"{k}={v}" for k, v in _HYDRA_QUIET.items() if k not in given]
-    return out
+    overrides = [i for i, a in enumerate(out) if i and "=" in a and not a.startswith("-")]
+    given = {out[i].split("=", 1)[0].lstrip("+~") for i in overrides}
+    quiet = [f"{k}={v}" for k, v in _HYDRA_QUIET.items() if k not in given]
+    # beside the given overrides (Hydra takes them as one run of arguments: after an option
+    # such as ``--cfg job`` that follows them they would be refused), else at the end
+    at = overrides[-1] + 1 if overrides else len(out)
+    return out[:at] + quiet + out[at:]
 
 
 @contextlib.contextmanager

@@ -86,6 +86,15 @@ def environment(
             "names": sorted({torch.cuda.get_device_name(i) for i in range(count)}),
         }
     libraries = {name: _version(name) for name in LIBRARIES}
+    # the builds as imported (``2.14.1+cu130``; the package metadata drops the local part)
+    libraries["torch"] = torch.__version__
+    try:
+        import torchvision
+
+        libraries["torchvision"] = torchvision.__version__
+    except ImportError:
+        pass
+    cudnn = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
     if data_format == "dali":
         libraries["nvidia-dali"] = next(
             (v for v in map(_version, ("nvidia-dali-cuda120", "nvidia-dali-cuda110")) if v), None
@@ -99,6 +108,8 @@ def environment(
         "python": platform.python_version(),
         "platform": platform.platform(),
         "libraries": libraries,
+        # torch's build: None for a CPU-only build
+        "cuda": {"version": torch.version.cuda, "cudnn": cudnn} if torch.version.cuda else None,
         "device": {
             "cpu": _cpu_model(),
             "cpu_capability": torch.backends.cpu.get_cpu_capability(),
@@ -168,6 +179,9 @@ def summary(env: dict[str, Any] | None) -> str:
     host = "solo-learn" if isinstance(env.get("solo_learn"), dict) else "embedded host"
     torch_version = (env.get("libraries") or {}).get("torch")
     parts = [host, f"torch {torch_version}", where]
+    cuda = env.get("cuda")
+    if isinstance(cuda, dict) and cuda.get("version"):
+        parts.insert(2, f"CUDA {cuda['version']}, cuDNN {cuda.get('cudnn') or '?'}")
     if env.get("precision"):
         parts.append(str(env["precision"]))
     if env.get("world_size"):

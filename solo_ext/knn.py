@@ -52,7 +52,7 @@ def evaluate_model(
         "num_train": len(feats["train"]),
         "num_val": len(feats["val"]),
         "knn_environment": environment(
-            precision="32-true", accelerator=next(backbone.parameters()).device.type
+            precision="32-true", accelerator=next(backbone.parameters()).device.type, world_size=1
         ),
     }
     return report(

@@ -55,6 +55,7 @@ from solo_ext.config import (
     declared,
     fill_defaults,
     select,
+    world_size,
 )
 from solo_ext.data.dali import check_dali_keys
 from solo_ext.data.datasets import DATA_KEYS, build_dataset, targets_of
@@ -302,7 +303,9 @@ def run(cfg: DictConfig, callbacks: Callbacks = ()) -> dict[str, Any]:
         "linear_sampler": sampler or "shuffle",
         **{f"linear_{key}": cfg[key] for key in CLASSIFIER_STAGE_OPTIONS},  # the stage run
         "linear_environment": environment(
-            precision=select(cfg, "precision", None), accelerator=select(cfg, "accelerator", None)
+            precision=select(cfg, "precision", None),
+            accelerator=select(cfg, "accelerator", None),
+            world_size=world_size(cfg),  # the stage's processes
         ),
     }
     data = pre_cfg.data

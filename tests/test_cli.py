@@ -109,3 +109,35 @@ def test_eval_of_missing_run_is_one_line(tmp_path):
     )
     assert proc.returncode == 2
     assert proc.stderr.strip().count("\n") == 0 and "no args.json" in proc.stderr
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--config-name", "x", "seed=7", "--cfg", "job"],
+        ["--cfg", "job", "--config-name", "x", "seed=7"],
+        ["--config-name", "x", "--cfg", "job"],
+    ],
+)
+def test_hydras_quiet_settings_stand_beside_the_overrides(argv):
+    """Hydra takes the overrides as one run of arguments, so the added settings join them and
+    ``--cfg job`` may stand before or after them."""
+    from solo_ext.cli import hydra_argv
+
+    out = hydra_argv(["prog", *argv])
+    added = [a for a in out if a.startswith(("hydra.", "hydra/"))]
+    assert len(added) == 4 and out[0] == "prog"
+    given = [a for a in argv if "=" in a]
+    if given:  # right after the last override
+        at = out.index(given[-1])
+        assert out[at + 1 : at + 5] == added
+    assert [a for a in out if a not in added] == ["prog", *argv]
+
+
+def test_cfg_job_after_the_overrides(tmp_path):
+    proc = _run(
+        _script("solo-ext-pretrain")
+        + ["--config-name", "synthetic-lt/scl", "seed=7", "--cfg", "job"],
+        cwd=tmp_path,
+    )
+    assert "seed: 7" in proc.stdout and list(tmp_path.iterdir()) == []

@@ -27,7 +27,16 @@ def paco_run(tmp_path_factory) -> Path:
 def test_args_json_records_the_runs_environment(paco_run):
     env = json.loads((paco_run / "args.json").read_text())["environment"]
     assert env["solo_ext"]["version"] and env["python"] == platform.python_version()
-    assert env["libraries"]["torch"] == torch.__version__.split("+")[0]
+    import torchvision
+
+    # the builds as imported (a CUDA build's local part, +cu130, included)
+    assert env["libraries"]["torch"] == torch.__version__
+    assert env["libraries"]["torchvision"] == torchvision.__version__
+    if torch.version.cuda is None:
+        assert env["cuda"] is None
+    else:
+        cudnn = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
+        assert env["cuda"] == {"version": torch.version.cuda, "cudnn": cudnn}
     for name in ("torchvision", "lightning", "torchmetrics", "timm"):
         assert env["libraries"][name], name
     assert env["device"]["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
@@ -40,7 +49,8 @@ def test_args_json_records_the_runs_environment(paco_run):
 def test_each_evaluation_records_its_own_in_metrics_json(paco_run):
     metrics = json.loads((paco_run / "metrics.json").read_text())
     for key in ("knn_environment", "head_environment"):  # the final kNN, the one-stage head
-        assert metrics[key]["libraries"]["torch"] == torch.__version__.split("+")[0], key
+        assert metrics[key]["libraries"]["torch"] == torch.__version__, key
+    assert metrics["knn_environment"]["world_size"] == 1
     assert metrics["head_environment"]["precision"] == "32-true"
 
 
@@ -99,13 +109,12 @@ def test_an_evaluation_in_another_environment_warns_in_one_line_and_goes_on(paco
 def test_the_summary_line():
     env = _here()
     line = summary(env)
-    assert (
-        f"torch {torch.__version__.split('+')[0]}" in line
-        and "32-true" in line
-        and "1 process" in line
-    )
+    assert f"torch {torch.__version__}" in line and "32-true" in line and "1 process" in line
     assert torch.backends.cpu.get_cpu_capability() in line
     assert summary(None) == ""
+    built = {**env, "cuda": {"version": "13.0", "cudnn": 92400}}
+    assert "CUDA 13.0, cuDNN 92400" in summary(built)
+    assert "CUDA" not in summary({**env, "cuda": None})
 
 
 def test_the_leaderboard_shows_each_runs_environment(paco_run, tmp_path):
