@@ -348,3 +348,46 @@ def test_bad_arguments_are_one_line_before_anything_is_written(tree, tmp_path, c
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and message in err, err
     assert not out.exists()
+
+
+def test_seeds_of_one_setting_make_one_row_with_mean_and_spread(tmp_path):
+    """Three runs that differ only in the seed (and their names) are one row: n = 3, each
+    number's mean and sample standard deviation; a run with another lr stays apart; --per-run
+    lists every run with its name and seed."""
+    import statistics
+
+    logs = tmp_path / "lightning_logs"
+    top1 = {0: 40.0, 1: 43.0, 2: 47.5, 3: 30.0}
+    many = {0: 60.0, 1: 61.0, 2: 65.0, 3: 50.0}
+    for version, seed in ((0, 0), (1, 1), (2, 2), (3, 0)):
+        lr = {"optimizer": {"name": "sgd", "batch_size": 64, "lr": 0.2}} if version == 3 else {}
+        solo_learn_run(tmp_path, version, seed=seed, name=f"pbsd-s{seed}", **lr)
+        row = {"val_acc1": top1[version], "val_knn_acc1": 1.0, "val_knn_acc1_many": many[version]}
+        write_lightning_csv(logs / f"version_{version}" / "metrics.csv", PRETRAIN_COLUMNS, [row])
+    out = tmp_path / "board"
+    tables = leaderboard([str(tmp_path / "trained_models"), "--out", str(out)])
+    rows = [r for r in tables["imagenet_lt"] if r.kind == "measured"]
+    assert sorted(r.n for r in rows) == [1, 3]
+    (swept,) = [r for r in rows if r.n == 3]
+    assert swept.seeds == [0, 1, 2] and swept.names == ["pbsd-s0", "pbsd-s1", "pbsd-s2"]
+    values = [top1[v] for v in (0, 1, 2)]
+    mean = sum(values) / 3
+    sd = (sum((v - mean) ** 2 for v in values) / 2) ** 0.5
+    assert swept.linear_acc1 == pytest.approx(mean) and swept.spread[
+        "linear_acc1"
+    ] == pytest.approx(sd)
+    assert swept.groups["many"] == pytest.approx(statistics.fmean(many[v] for v in (0, 1, 2)))
+    (alone,) = [r for r in rows if r.n == 1]
+    assert alone.linear_acc1 == 30.0 and alone.spread.get("linear_acc1") is None
+    md = (out / "imagenet_lt.md").read_text()
+    assert f"{mean:.2f} ± {sd:.2f} (online)" in md and "n = 3, seeds 0, 1, 2" in md
+    written = [r for r in read_csv(out / "imagenet_lt.csv") if r["kind"] == "measured"]
+    assert sorted(r["n"] for r in written) == ["1", "3"]
+    assert any(num(r["linear_acc1_sd"]) == pytest.approx(sd) for r in written)
+
+    per_run = leaderboard([str(tmp_path / "trained_models"), "--out", str(out), "--per-run"])
+    rows = [r for r in per_run["imagenet_lt"] if r.kind == "measured"]
+    assert sorted((r.seeds[0], r.names[0]) for r in rows) == [
+        (0, "pbsd-s0"), (0, "pbsd-s0"), (1, "pbsd-s1"), (2, "pbsd-s2")
+    ]  # fmt: skip
+    assert "run 1, seed 1" in (out / "imagenet_lt.md").read_text()

@@ -43,6 +43,12 @@ def parser() -> argparse.ArgumentParser:
         "the paths given and the current directory); repeatable",
     )
     p.add_argument(
+        "--per-run",
+        action="store_true",
+        help="one row per run (with its name and seed), instead of one per setting: the mean "
+        "and spread over the seeds of runs that differ in nothing else",
+    )
+    p.add_argument(
         "--published",
         type=Path,
         default=None,
@@ -100,15 +106,15 @@ def run(argv: list[str] | None = None) -> dict[str, list]:
         if not found.runs:
             shown = ", ".join(repr(str(p)) for p in args.paths)
             raise ConfigError(f"paths: no run with a result found under {shown}")
-        return write(found.runs, published, args.out)
+        return write(found.runs, published, args.out, per_run=args.per_run)
 
 
-def write(runs: list, published: list, out: Path) -> dict[str, list]:
+def write(runs: list, published: list, out: Path, per_run: bool = False) -> dict[str, list]:
     """Writes ``<out>/<dataset>.{md,csv,png}`` for every dataset and prints the markdown."""
     from solo_ext.leaderboard.plot import plot
     from solo_ext.leaderboard.table import build_tables, csv_text, markdown
 
-    tables = build_tables(runs, published)
+    tables = build_tables(runs, published, per_run=per_run)
     out.mkdir(parents=True, exist_ok=True)
     for dataset, rows in tables.items():
         name = _safe(dataset)

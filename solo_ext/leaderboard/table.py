@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import csv
 import io
-from dataclasses import dataclass, field
+import json
+import statistics
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 from solo_ext.environment import summary
 from solo_ext.leaderboard.published import (
@@ -44,6 +47,17 @@ class Row:
     compared_with: str = ""
     differences: list[str] = field(default_factory=list)
     environment: str = ""  # a measured run's: host, torch, device, precision, processes
+    # a measured row's runs (directory names), their seeds and names; several: the mean of
+    # runs that differ in nothing but the seed, with the sample standard deviation in spread
+    runs: list[str] = field(default_factory=list)
+    seeds: list[Any] = field(default_factory=list)
+    names: list[str] = field(default_factory=list)
+    spread: dict[str, float | None] = field(default_factory=dict)
+
+    @property
+    def n(self) -> int:
+        """How many runs the row's numbers are the mean of (a published row: 0)."""
+        return len(self.runs)
 
     @property
     def flagged(self) -> bool:
@@ -54,6 +68,10 @@ class Row:
     def overall(self) -> float | None:
         """The top-1 its groups belong to: linear, else kNN."""
         return self.knn_acc1 if self.groups_of == "knn" else self.linear_acc1
+
+    @property
+    def overall_key(self) -> str:
+        return "knn_acc1" if self.groups_of == "knn" else "linear_acc1"
 
 
 def published_row(p: Published) -> Row:
@@ -116,6 +134,9 @@ def measured_row(run: Run, published: list[Published]) -> Row:
         dataset=run.dataset,
         method=run.method,
         label=f"{run.method} {run.path.name}",
+        runs=[run.path.name],
+        seeds=[run.args.get("seed")],
+        names=[str(run.args.get("name") or "")],
         backbone=run.backbone,
         epochs=run.epochs,
         batch=run.batch,
@@ -133,14 +154,70 @@ def measured_row(run: Run, published: list[Published]) -> Row:
     )
 
 
-def build_tables(runs: list[Run], published: list[Published]) -> dict[str, list[Row]]:
+# what may differ between the runs of one row: the seed (and what follows it) and bookkeeping
+NOT_COMPARED = ("seed", "name", "wandb_run_id", "environment", "checkpoint", "auto_resume",
+                "resume_from_checkpoint", "wandb")  # fmt: skip
+
+
+def _setting(run: Run) -> str:
+    """The run's config without what :data:`NOT_COMPARED` lists (a sampler seeded by the run's
+    seed too): runs with the same setting differ in nothing but the seed."""
+    args = {k: v for k, v in run.args.items() if k not in NOT_COMPARED}
+    sampler = (args.get("data") or {}).get("sampler")
+    if isinstance(sampler, dict) and sampler.get("seed") == run.args.get("seed"):
+        args["data"] = {**args["data"], "sampler": {**sampler, "seed": "<the run's seed>"}}
+    return json.dumps(args, sort_keys=True, default=str)
+
+
+NUMBERS = ("linear_acc1", "knn_acc1", *GROUPS)
+
+
+def _value(row: Row, key: str) -> float | None:
+    return row.groups[key] if key in GROUPS else getattr(row, key)
+
+
+def _mean_row(rows: list[Row]) -> Row:
+    """One row of runs that differ in nothing but the seed: each number's mean over the runs
+    that have it, and its sample standard deviation (None below two values)."""
+    first = rows[0]
+    means, spread = {}, {}
+    for key in NUMBERS:
+        values = [v for v in (_value(r, key) for r in rows) if v is not None]
+        means[key] = statistics.fmean(values) if values else None
+        spread[key] = statistics.stdev(values) if len(values) > 1 else None
+    return replace(
+        first,
+        label=f"{first.method} {first.names[0]}".strip(),
+        linear_acc1=means["linear_acc1"],
+        knn_acc1=means["knn_acc1"],
+        groups={g: means[g] for g in GROUPS},
+        spread=spread,
+        runs=[name for r in rows for name in r.runs],
+        seeds=[seed for r in rows for seed in r.seeds],
+        names=sorted({name for r in rows for name in r.names}),
+        source=f"{len(rows)} runs: " + " | ".join(r.source for r in rows),
+    )
+
+
+def build_tables(
+    runs: list[Run], published: list[Published], per_run: bool = False
+) -> dict[str, list[Row]]:
     """Dataset -> its rows: the published rows of the dataset (file order), then the measured
-    runs (by method, then directory); only datasets with a measured run."""
-    tables: dict[str, list[Row]] = {}
+    ones (by method, then directory); only datasets with a measured run. The runs of one
+    setting (:func:`_setting`) and one evaluation make one row, their mean and spread, unless
+    ``per_run``."""
+    groups: dict[tuple, list[Row]] = {}
     for run in sorted(runs, key=lambda r: (r.dataset, r.method, str(r.path))):
-        if run.dataset not in tables:
-            tables[run.dataset] = [published_row(p) for p in published if p.dataset == run.dataset]
-        tables[run.dataset].append(measured_row(run, published))
+        row = measured_row(run, published)
+        evaluation = (row.linear_eval, row.knn_eval, row.groups_of, row.environment,
+                      tuple(e.note for e in (run.linear, run.knn) if e is not None))  # fmt: skip
+        key = (run.dataset, str(run.path) if per_run else _setting(run), evaluation)
+        groups.setdefault(key, []).append(row)
+    tables: dict[str, list[Row]] = {}
+    for (dataset, _, _), rows in groups.items():
+        if dataset not in tables:
+            tables[dataset] = [published_row(p) for p in published if p.dataset == dataset]
+        tables[dataset].append(rows[0] if len(rows) == 1 else _mean_row(rows))
     return dict(sorted(tables.items()))
 
 
@@ -148,9 +225,18 @@ def _num(value: float | None) -> str:
     return MISSING if value is None else f"{value:.2f}"
 
 
-def _acc(value: float | None, kind: str) -> str:
+def _acc(value: float | None, kind: str, sd: float | None = None) -> str:
     shown = {"online": " (online)", "head": " (head)"}
-    return _num(value) + (shown.get(kind, "") if value is not None else "")
+    spread = f" ± {sd:.2f}" if sd is not None and value is not None else ""
+    return _num(value) + spread + (shown.get(kind, "") if value is not None else "")
+
+
+def _runs(row: Row) -> str:
+    """Which runs a measured row is: ``run <id>, seed s`` or ``n = 3, seeds 0, 1, 2``."""
+    seeds = ", ".join(str(s) for s in row.seeds)
+    if row.n == 1:
+        return f"run {row.runs[0]}" + (f", seed {seeds}" if row.seeds != [None] else "")
+    return f"n = {row.n}, seeds {seeds}"
 
 
 def _cell(value: object) -> str:
@@ -159,7 +245,8 @@ def _cell(value: object) -> str:
 
 
 HEADER = (
-    "", "method", "backbone", "epochs", "batch", "protocol", "linear top-1", "kNN top-1",
+    "", "method", "name", "runs", "backbone", "epochs", "batch", "protocol", "linear top-1",
+    "kNN top-1",
     "many", "medium", "few", "groups of", "≠ published", "compared with", "environment", "source",
 )  # fmt: skip
 
@@ -173,13 +260,15 @@ def markdown(dataset: str, rows: list[Row]) -> str:
         cells = [
             row.kind,
             f"`{row.method}`" if measured else row.label,
+            ", ".join(row.names) if measured else "",
+            _runs(row) if measured else "",
             row.backbone,
             row.epochs,
             row.batch,
             row.protocol or MISSING,
-            _acc(row.linear_acc1, row.linear_eval),
-            _acc(row.knn_acc1, row.knn_eval),
-            *(_num(row.groups[g]) for g in GROUPS),
+            _acc(row.linear_acc1, row.linear_eval, row.spread.get("linear_acc1")),
+            _acc(row.knn_acc1, row.knn_eval, row.spread.get("knn_acc1")),
+            *(_acc(row.groups[g], "", row.spread.get(g)) for g in GROUPS),
             {"knn": "kNN", "": MISSING}.get(row.groups_of, row.groups_of),
             flag,
             (row.compared_with or MISSING) if measured else "",
@@ -191,6 +280,9 @@ def markdown(dataset: str, rows: list[Row]) -> str:
         "",
         "Published rows are the numbers as their source gives them (source column; `—`: not "
         "given there); measured rows are read from each run's `metrics.json` and CSV logs. "
+        "Runs that differ in nothing but the seed (the same config, evaluation and environment) "
+        "make one row: each number is their mean ± the sample standard deviation over the runs "
+        "(`runs`: n and the seeds; `--per-run` lists them one by one). "
         "Top-1 and Many / Medium / Few in %; `(online)`: measured during pretraining; `(head)`: "
         "the classifier trained jointly with the loss of a one-stage method (PaCo, GPaCo, BCL), "
         f"which is what their papers report, in place of a linear classifier. {FLAG}: "
@@ -204,9 +296,10 @@ def markdown(dataset: str, rows: list[Row]) -> str:
 
 
 CSV_COLUMNS = (
-    "kind", "dataset", "method", "label", "backbone", "epochs", "batch", "protocol",
-    "linear_acc1", "linear_eval", "knn_acc1", "knn_eval", "many", "medium", "few", "groups_of",
-    "flagged", "differences", "compared_with", "environment", "source",
+    "kind", "dataset", "method", "label", "names", "n", "seeds", "runs", "backbone", "epochs",
+    "batch", "protocol", "linear_acc1", "linear_acc1_sd", "linear_eval", "knn_acc1", "knn_acc1_sd",
+    "knn_eval", "many", "many_sd", "medium", "medium_sd", "few", "few_sd", "groups_of", "flagged",
+    "differences", "compared_with", "environment", "source",
 )  # fmt: skip
 
 
@@ -218,6 +311,10 @@ def csv_text(rows: list[Row]) -> str:
     for row in rows:
         values = {k: getattr(row, k) for k in CSV_COLUMNS if hasattr(row, k)}
         values.update(row.groups)
+        values.update({f"{k}_sd": v for k, v in row.spread.items()})
+        for key in ("names", "seeds", "runs"):
+            values[key] = " ".join(str(v) for v in getattr(row, key))
+        values["n"] = row.n if row.kind == MEASURED else ""
         values["flagged"] = str(row.flagged).lower()
         values["differences"] = "; ".join(row.differences)
         writer.writerow({k: "" if v is None else v for k, v in values.items()})
