@@ -391,3 +391,28 @@ def test_seeds_of_one_setting_make_one_row_with_mean_and_spread(tmp_path):
         (0, "pbsd-s0"), (0, "pbsd-s0"), (1, "pbsd-s1"), (2, "pbsd-s2")
     ]  # fmt: skip
     assert "run 1, seed 1" in (out / "imagenet_lt.md").read_text()
+
+
+def test_custom_folders_and_shot_thresholds_get_tables_of_their_own(tmp_path):
+    """Two image folders given as ``custom`` are two tables; runs grouped with other shot
+    thresholds than the standard ones are a table of their own; each row says how many classes
+    each group has (from the run's training counts and thresholds)."""
+    logs = tmp_path / "lightning_logs"
+    counts = [30, 12, 9, 4, 2]
+    setups = [("/data/a", None, None), ("/data/b", None, None), ("/data/a", 10, 5)]
+    for version, (path, many, few) in enumerate(setups):
+        data = {"dataset": "custom", "train_path": path, "train_class_counts": counts}
+        data.update({k: v for k, v in (("many_threshold", many), ("few_threshold", few)) if v})
+        solo_learn_run(tmp_path, version, data=data)
+        row = {"val_acc1": 10.0, "val_knn_acc1": 20.0, "val_knn_acc1_few": 5.0}
+        write_lightning_csv(logs / f"version_{version}" / "metrics.csv", PRETRAIN_COLUMNS, [row])
+    tables = leaderboard([str(tmp_path / "trained_models"), "--out", str(tmp_path / "board")])
+    assert sorted(tables) == [
+        "custom /data/a", "custom /data/a (many > 10, few < 5)", "custom /data/b"
+    ]  # fmt: skip
+    (standard,) = tables["custom /data/a"]
+    assert standard.group_sizes == {"many": 0, "medium": 1, "few": 4}  # 30 is medium
+    (other,) = tables["custom /data/a (many > 10, few < 5)"]
+    assert other.group_sizes == {"many": 2, "medium": 1, "few": 2}
+    md = "".join(p.read_text() for p in (tmp_path / "board").glob("*.md"))
+    assert "kNN (2 / 1 / 2 classes)" in md

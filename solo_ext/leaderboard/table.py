@@ -9,6 +9,8 @@ import statistics
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from solo_ext.data.facts import FEW_THRESHOLD, MANY_THRESHOLD
+from solo_ext.data.longtail import shot_groups
 from solo_ext.environment import summary
 from solo_ext.leaderboard.published import (
     Published,
@@ -53,6 +55,8 @@ class Row:
     seeds: list[Any] = field(default_factory=list)
     names: list[str] = field(default_factory=list)
     spread: dict[str, float | None] = field(default_factory=dict)
+    # classes per shot group (many, medium, few) of a measured run, from its training counts
+    group_sizes: dict[str, int] | None = None
 
     @property
     def n(self) -> int:
@@ -137,6 +141,7 @@ def measured_row(run: Run, published: list[Published]) -> Row:
         runs=[run.path.name],
         seeds=[run.args.get("seed")],
         names=[str(run.args.get("name") or "")],
+        group_sizes=group_sizes(run),
         backbone=run.backbone,
         epochs=run.epochs,
         batch=run.batch,
@@ -199,6 +204,39 @@ def _mean_row(rows: list[Row]) -> Row:
     )
 
 
+def _thresholds(run: Run) -> tuple[int, int]:
+    data = run.args.get("data") or {}
+    many, few = data.get("many_threshold"), data.get("few_threshold")
+    return (MANY_THRESHOLD if many is None else many, FEW_THRESHOLD if few is None else few)
+
+
+def group_sizes(run: Run) -> dict[str, int] | None:
+    """Classes per shot group of the run's training counts (``data.train_class_counts``) and
+    thresholds; None when its ``args.json`` has no counts."""
+    counts = (run.args.get("data") or {}).get("train_class_counts")
+    if not isinstance(counts, list) or not all(isinstance(c, int) for c in counts):
+        return None
+    try:
+        labels = shot_groups(counts, *_thresholds(run))
+    except ValueError:
+        return None
+    return {g: labels.count(g) for g in GROUPS}
+
+
+def table_of(run: Run) -> str:
+    """The table a run goes into: its dataset; a ``custom`` folder's with its path, and any
+    dataset's with its shot thresholds when they are not the standard ones (numbers grouped
+    otherwise are not comparable)."""
+    name = run.dataset
+    train_path = (run.args.get("data") or {}).get("train_path")
+    if run.dataset == "custom" and train_path:
+        name += f" {train_path}"
+    many, few = _thresholds(run)
+    if (many, few) != (MANY_THRESHOLD, FEW_THRESHOLD):
+        name += f" (many > {many}, few < {few})"
+    return name
+
+
 def build_tables(
     runs: list[Run], published: list[Published], per_run: bool = False
 ) -> dict[str, list[Row]]:
@@ -211,13 +249,14 @@ def build_tables(
         row = measured_row(run, published)
         evaluation = (row.linear_eval, row.knn_eval, row.groups_of, row.environment,
                       tuple(e.note for e in (run.linear, run.knn) if e is not None))  # fmt: skip
-        key = (run.dataset, str(run.path) if per_run else _setting(run), evaluation)
+        key = (table_of(run), str(run.path) if per_run else _setting(run), evaluation)
         groups.setdefault(key, []).append(row)
     tables: dict[str, list[Row]] = {}
-    for (dataset, _, _), rows in groups.items():
-        if dataset not in tables:
-            tables[dataset] = [published_row(p) for p in published if p.dataset == dataset]
-        tables[dataset].append(rows[0] if len(rows) == 1 else _mean_row(rows))
+    for (table, _, _), rows in groups.items():
+        if table not in tables:
+            dataset = rows[0].dataset
+            tables[table] = [published_row(p) for p in published if p.dataset == dataset]
+        tables[table].append(rows[0] if len(rows) == 1 else _mean_row(rows))
     return dict(sorted(tables.items()))
 
 
@@ -229,6 +268,14 @@ def _acc(value: float | None, kind: str, sd: float | None = None) -> str:
     shown = {"online": " (online)", "head": " (head)"}
     spread = f" ± {sd:.2f}" if sd is not None and value is not None else ""
     return _num(value) + spread + (shown.get(kind, "") if value is not None else "")
+
+
+def _groups_of(row: Row) -> str:
+    """The evaluation the Many / Medium / Few are from, with the classes in each group."""
+    text = {"knn": "kNN", "": MISSING}.get(row.groups_of, row.groups_of)
+    if row.groups_of and row.group_sizes:
+        text += " (" + " / ".join(str(row.group_sizes[g]) for g in GROUPS) + " classes)"
+    return text
 
 
 def _runs(row: Row) -> str:
@@ -269,7 +316,7 @@ def markdown(dataset: str, rows: list[Row]) -> str:
             _acc(row.linear_acc1, row.linear_eval, row.spread.get("linear_acc1")),
             _acc(row.knn_acc1, row.knn_eval, row.spread.get("knn_acc1")),
             *(_acc(row.groups[g], "", row.spread.get(g)) for g in GROUPS),
-            {"knn": "kNN", "": MISSING}.get(row.groups_of, row.groups_of),
+            _groups_of(row),
             flag,
             (row.compared_with or MISSING) if measured else "",
             row.environment,
@@ -298,8 +345,9 @@ def markdown(dataset: str, rows: list[Row]) -> str:
 CSV_COLUMNS = (
     "kind", "dataset", "method", "label", "names", "n", "seeds", "runs", "backbone", "epochs",
     "batch", "protocol", "linear_acc1", "linear_acc1_sd", "linear_eval", "knn_acc1", "knn_acc1_sd",
-    "knn_eval", "many", "many_sd", "medium", "medium_sd", "few", "few_sd", "groups_of", "flagged",
-    "differences", "compared_with", "environment", "source",
+    "knn_eval", "many", "many_sd", "medium", "medium_sd", "few", "few_sd", "groups_of",
+    "many_classes", "medium_classes", "few_classes", "flagged", "differences", "compared_with",
+    "environment", "source",
 )  # fmt: skip
 
 
@@ -315,6 +363,8 @@ def csv_text(rows: list[Row]) -> str:
         for key in ("names", "seeds", "runs"):
             values[key] = " ".join(str(v) for v in getattr(row, key))
         values["n"] = row.n if row.kind == MEASURED else ""
+        for g in GROUPS:
+            values[f"{g}_classes"] = (row.group_sizes or {}).get(g)
         values["flagged"] = str(row.flagged).lower()
         values["differences"] = "; ".join(row.differences)
         writer.writerow({k: "" if v is None else v for k, v in values.items()})
