@@ -237,8 +237,15 @@ def test_published_rows_are_marked_and_apart(board):
 def test_published_file_rows_and_protocol_table():
     rows = load_published()
     assert all(r.source and r.protocol and r.linear_acc1 is not None for r in rows)
-    keys = [(r.dataset, r.method, r.backbone, r.linear_eval, tuple(r.config.items())) for r in rows]
-    assert len(keys) == len(set(keys))  # one row per dataset, method, backbone, metric source
+    # one row per dataset, method, backbone, metric source, config and epochs, except variants
+    # the source names apart (BCL's contrastive views), told apart by their labels
+    keys = {}
+    for r in rows:
+        key = (r.dataset, r.method, r.backbone, r.linear_eval, tuple(r.config.items()), r.epochs)
+        keys.setdefault(key, []).append(r.label)
+    for key, labels in keys.items():
+        assert len(labels) == len(set(labels)), key
+        assert len(labels) == 1 or key[1] == "bcl", key
     scl = next(r for r in rows if r.dataset == "imagenet_lt" and r.label == "SCL")
     assert (scl.linear_acc1, scl.many, scl.medium, scl.few) == (51.2, 61.6, 48.6, 30.3)
     all4one = {r.dataset: r.linear_acc1 for r in rows if r.method == "all4one"}
@@ -416,3 +423,63 @@ def test_custom_folders_and_shot_thresholds_get_tables_of_their_own(tmp_path):
     assert other.group_sizes == {"many": 2, "medium": 1, "few": 2}
     md = "".join(p.read_text() for p in (tmp_path / "board").glob("*.md"))
     assert "kNN (2 / 1 / 2 classes)" in md
+
+
+def _solo_learn_readme() -> Path | None:
+    root = os.environ.get("SOLO_LEARN_DIR")
+    if root is None:
+        try:
+            import solo
+        except ImportError:
+            return None
+        root = str(Path(solo.__file__).resolve().parents[1])
+    path = Path(root) / "README.md"
+    return path if path.is_file() else None
+
+
+def _readme_table(text: str, section: str) -> list[dict[str, str]]:
+    """The rows of the markdown table under ``### <section>``, by its header's names."""
+    lines = text.split(f"### {section}\n", 1)[1].splitlines()
+    table = []
+    for line in lines:
+        if line.startswith("|"):
+            table.append([cell.strip() for cell in line.strip().strip("|").split("|")])
+        elif table:
+            break
+    header, _, *body = table
+    return [dict(zip(header, row)) for row in body]
+
+
+SOLO_LEARN_TABLES = {"CIFAR-10": "cifar10", "CIFAR-100": "cifar100",
+                     "ImageNet-100": "imagenet100", "ImageNet": "imagenet"}  # fmt: skip
+README_BACKBONES = {"ResNet18": "resnet18", "ResNet50": "resnet50", "ViT Tiny": "vit_tiny"}
+
+
+def test_the_solo_learn_rows_are_its_readme_tables_in_full():
+    """Every number of solo-learn's README result tables is a published row (its top-1, online
+    and offline where both are given), and no solo-learn row is not in the README."""
+    readme = _solo_learn_readme()
+    if readme is None:
+        pytest.skip("needs solo-learn's checkout (SOLO_LEARN_DIR) for its README")
+    text = readme.read_text()
+    published = [p for p in load_published() if p.source.startswith("solo-learn README")]
+    seen = set()
+    for section, dataset in SOLO_LEARN_TABLES.items():
+        for row in _readme_table(text, section):
+            label = row["Method"].replace(":rocket:", "").replace(":sleepy:", "").strip()
+            if "finetuned" in " ".join(row.values()) or row["Backbone"] not in README_BACKBONES:
+                continue  # (MAE's fine-tuned ViT-B: not a linear evaluation)
+            backbone = README_BACKBONES[row["Backbone"]]
+            given = {"": row.get("Acc@1"), "online": row.get("Acc@1 (online)"),
+                     "offline": row.get("Acc@1 (offline)")}  # fmt: skip
+            for evaluation, value in given.items():
+                if value in (None, "-", ""):
+                    continue
+                match = [p for p in published
+                         if (p.dataset, p.label, p.backbone) == (dataset, label, backbone)
+                         and (evaluation == "" or p.linear_eval == evaluation)]  # fmt: skip
+                assert len(match) == 1, (section, label, evaluation, match)
+                assert match[0].linear_acc1 == float(value), (section, label, evaluation)
+                assert match[0].epochs == int(row["Epochs"]), (section, label)
+                seen.add(id(match[0]))
+    assert {id(p) for p in published} == seen

@@ -112,7 +112,7 @@ def run(argv: list[str] | None = None) -> dict[str, list]:
 def write(runs: list, published: list, out: Path, per_run: bool = False) -> dict[str, list]:
     """Writes ``<out>/<dataset>.{md,csv,png}`` for every dataset and prints the markdown."""
     from solo_ext.leaderboard.plot import plot
-    from solo_ext.leaderboard.table import build_tables, csv_text, markdown
+    from solo_ext.leaderboard.table import MEASURED, build_tables, csv_text, markdown
 
     tables = build_tables(runs, published, per_run=per_run)
     out.mkdir(parents=True, exist_ok=True)
@@ -121,7 +121,10 @@ def write(runs: list, published: list, out: Path, per_run: bool = False) -> dict
         text = markdown(dataset, rows)
         atomic_write_text(out / f"{name}.md", text)
         atomic_write_text(out / f"{name}.csv", csv_text(rows))
-        plot(dataset, rows, out / f"{name}.png")
+        # the plot: the measured rows and the published rows they are compared with
+        compared = {r.compared_with for r in rows if r.kind == MEASURED}
+        plotted = [r for r in rows if r.kind == MEASURED or r.label in compared]
+        plot(dataset, plotted, out / f"{name}.png")
         print(text)
     print(f"wrote {len(tables)} table(s) ({', '.join(tables)}) to {out}/: .md, .csv and .png")
     return tables

@@ -223,11 +223,12 @@ def counterpart(
     method_kwargs: dict[str, Any],
     backbone: str | None,
     linear_eval: str,
+    epochs: int | None = None,
 ) -> Published | None:
     """The published row a measured run is compared with: same dataset and method (or its
     :data:`COUNTERPARTS` name), every ``config`` pair of the row set so in the run; among those,
     the most specific config, then the same linear evaluation (offline / online), then the same
-    backbone, then file order."""
+    backbone, then the same epochs, then file order."""
     names = {method, COUNTERPARTS.get(method, method)}
     found = [
         r
@@ -244,6 +245,7 @@ def counterpart(
             len(r.config),
             r.linear_eval == linear_eval,
             r.backbone == backbone,
+            epochs is not None and r.epochs == epochs,
             -rows.index(r),
         ),
     )

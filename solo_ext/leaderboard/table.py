@@ -120,6 +120,7 @@ def measured_row(run: Run, published: list[Published]) -> Row:
         run.method_kwargs,
         run.backbone,
         linear.kind if linear else "",
+        run.epochs,
     )
     differences = list(diffs)
     if ref is not None and None not in (ref.epochs, run.epochs) and ref.epochs != run.epochs:
