@@ -401,9 +401,9 @@ def test_seeds_of_one_setting_make_one_row_with_mean_and_spread(tmp_path):
 
 
 def test_custom_folders_and_shot_thresholds_get_tables_of_their_own(tmp_path):
-    """Two image folders given as ``custom`` are two tables; runs grouped with other shot
-    thresholds than the standard ones are a table of their own; each row says how many classes
-    each group has (from the run's training counts and thresholds)."""
+    """Two image folders given as ``custom`` are two tables; runs of one dataset grouped with
+    several shot thresholds make one table per thresholds, each named by them; each row says how
+    many classes each group has (from the run's training counts and thresholds)."""
     logs = tmp_path / "lightning_logs"
     counts = [30, 12, 9, 4, 2]
     setups = [("/data/a", None, None), ("/data/b", None, None), ("/data/a", 10, 5)]
@@ -415,9 +415,10 @@ def test_custom_folders_and_shot_thresholds_get_tables_of_their_own(tmp_path):
         write_lightning_csv(logs / f"version_{version}" / "metrics.csv", PRETRAIN_COLUMNS, [row])
     tables = leaderboard([str(tmp_path / "trained_models"), "--out", str(tmp_path / "board")])
     assert sorted(tables) == [
-        "custom /data/a", "custom /data/a (many > 10, few < 5)", "custom /data/b"
+        "custom /data/a (many > 10, few < 5)", "custom /data/a (many > 100, few < 20)",
+        "custom /data/b",
     ]  # fmt: skip
-    (standard,) = tables["custom /data/a"]
+    (standard,) = tables["custom /data/a (many > 100, few < 20)"]
     assert standard.group_sizes == {"many": 0, "medium": 1, "few": 4}  # 30 is medium
     (other,) = tables["custom /data/a (many > 10, few < 5)"]
     assert other.group_sizes == {"many": 2, "medium": 1, "few": 2}

@@ -224,16 +224,16 @@ def group_sizes(run: Run) -> dict[str, int] | None:
     return {g: labels.count(g) for g in GROUPS}
 
 
-def table_of(run: Run) -> str:
-    """The table a run goes into: its dataset; a ``custom`` folder's with its path, and any
-    dataset's with its shot thresholds when they are not the standard ones (numbers grouped
-    otherwise are not comparable)."""
+def table_of(run: Run, thresholds_named: bool = False) -> str:
+    """The table a run goes into: its dataset, a ``custom`` folder's with its path; with
+    ``thresholds_named`` (the runs of that dataset use several shot thresholds, whose numbers
+    are not comparable) also its thresholds."""
     name = run.dataset
     train_path = (run.args.get("data") or {}).get("train_path")
     if run.dataset == "custom" and train_path:
         name += f" {train_path}"
-    many, few = _thresholds(run)
-    if (many, few) != (MANY_THRESHOLD, FEW_THRESHOLD):
+    if thresholds_named:
+        many, few = _thresholds(run)
         name += f" (many > {many}, few < {few})"
     return name
 
@@ -245,12 +245,16 @@ def build_tables(
     ones (by method, then directory); only datasets with a measured run. The runs of one
     setting (:func:`_setting`) and one evaluation make one row, their mean and spread, unless
     ``per_run``."""
+    thresholds: dict[str, set] = {}
+    for run in runs:
+        thresholds.setdefault(table_of(run), set()).add(_thresholds(run))
     groups: dict[tuple, list[Row]] = {}
     for run in sorted(runs, key=lambda r: (r.dataset, r.method, str(r.path))):
         row = measured_row(run, published)
         evaluation = (row.linear_eval, row.knn_eval, row.groups_of, row.environment,
                       tuple(e.note for e in (run.linear, run.knn) if e is not None))  # fmt: skip
-        key = (table_of(run), str(run.path) if per_run else _setting(run), evaluation)
+        table = table_of(run, thresholds_named=len(thresholds[table_of(run)]) > 1)
+        key = (table, str(run.path) if per_run else _setting(run), evaluation)
         groups.setdefault(key, []).append(row)
     tables: dict[str, list[Row]] = {}
     for (table, _, _), rows in groups.items():
