@@ -9,7 +9,7 @@ import statistics
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from solo_ext.data.facts import FEW_THRESHOLD, MANY_THRESHOLD
+from solo_ext.data.facts import FEW_THRESHOLD, MANY_THRESHOLD, facts
 from solo_ext.data.longtail import shot_groups
 from solo_ext.environment import summary
 from solo_ext.leaderboard.published import (
@@ -225,12 +225,14 @@ def group_sizes(run: Run) -> dict[str, int] | None:
 
 
 def table_of(run: Run, thresholds_named: bool = False) -> str:
-    """The table a run goes into: its dataset, a ``custom`` folder's with its path; with
+    """The table a run goes into: its dataset, an image folder's (``custom``, whose classes the
+    folder decides) with its path; with
     ``thresholds_named`` (the runs of that dataset use several shot thresholds, whose numbers
     are not comparable) also its thresholds."""
     name = run.dataset
     train_path = (run.args.get("data") or {}).get("train_path")
-    if run.dataset == "custom" and train_path:
+    fact = facts(run.dataset)
+    if fact.source == "image_folder" and fact.classes is None and train_path:  # (the folder's)
         name += f" {train_path}"
     if thresholds_named:
         many, few = _thresholds(run)
