@@ -68,6 +68,42 @@ def _solo_learn() -> dict[str, Any] | None:
     return {"release": solo_learn_version(), "path": str(source)}
 
 
+def _config() -> dict[str, Any] | None:
+    """The Hydra config the running application composed: its name, the file it was read from
+    (the first of the search path that has it, as Hydra looks) and, when that file is one of
+    solo-ext's shipped recipes, the recipe (``pretrain/imagenet-lt/dscl``); None outside Hydra."""
+    try:
+        from hydra.core.hydra_config import HydraConfig
+
+        if not HydraConfig.initialized():
+            return None
+        hydra = HydraConfig.get()
+        name = hydra.job.config_name
+        sources = list(hydra.runtime.config_sources)
+    except Exception:  # (no Hydra, or another version's layout: nothing recorded)
+        return None
+    if not name:
+        return None
+    file = None
+    for source in sources:
+        if source.schema != "file":
+            continue
+        for candidate in (name, f"{name}.yaml"):
+            path = Path(source.path) / candidate
+            if path.is_file():
+                file = path.resolve()
+                break
+        if file is not None:
+            break
+    from hydra_plugins.solo_ext_configs import scripts_dir
+
+    scripts = scripts_dir()
+    recipe = None
+    if file is not None and scripts is not None and scripts.resolve() in file.parents:
+        recipe = str(file.relative_to(scripts.resolve()).with_suffix(""))
+    return {"name": name, "file": None if file is None else str(file), "recipe": recipe}
+
+
 def environment(
     *,
     precision: Any = None,
@@ -118,6 +154,7 @@ def environment(
         },
         "precision": None if precision is None else str(precision),
         "world_size": world_size,
+        "config": _config(),  # the Hydra config composed (a shipped recipe: its name)
         "deterministic": {
             "torch_deterministic_algorithms": torch.are_deterministic_algorithms_enabled(),
             "cudnn_deterministic": torch.backends.cudnn.deterministic,

@@ -23,8 +23,11 @@ cosine decay (``warmup_cosine``, ``cosine``; ``warmup_epochs`` not used), steppe
 ``none``. Both test on the validation split under the deterministic transform (photographs
 resized and centre-cropped, to 224 in the published stage and to the run's crop size on the
 features path; stored-size datasets as they are). Overall and Many / Medium / Few
-accuracy go into ``metrics.json`` beside the checkpoint, per-class accuracy into
-``linear_per_class.csv`` and ``linear_per_class.png``. Keys: ``solo_ext/conf/linear.yaml``.
+accuracy go into ``metrics.json`` beside the checkpoint, with the stage as run (``linear_epochs``,
+``linear_sampler``, ``linear_batch`` over all processes, ``linear_lr`` after the batch scaling,
+``linear_schedule``, ``linear_lr_decay_epochs`` and the stage keys; the leaderboard compares them
+with the published stage), per-class accuracy into ``linear_per_class.csv`` and
+``linear_per_class.png``. Keys: ``solo_ext/conf/linear.yaml``.
 
 It also takes solo-learn's linear configs (``scripts/linear``, the ones ``main_linear.py``
 reads): ``pretrained_feature_extractor`` names the checkpoint, ``optimizer.lr`` is given per 256
@@ -74,6 +77,7 @@ from solo_ext.eval.classifier_stage import (
 from solo_ext.eval.common import extract_features, report, split_features
 from solo_ext.linear_stage import (
     SCHEDULE_OPTIONS,
+    STAGE_SCHEDULE_NAMES,
     FrozenBackboneClassifier,
     LinearProbe,
     SGDSchedule,
@@ -298,9 +302,17 @@ def run(cfg: DictConfig, callbacks: Callbacks = ()) -> dict[str, Any]:
     pl.seed_everything(cfg.seed, workers=True)
     train_fn = _on_images if published_stage(cfg) else _on_features
     scores, val_y, train_set = train_fn(cfg, backbone, pre_cfg, sampler_args, callbacks)
+    schedule = SGDSchedule.from_cfg(cfg)
     extra = {
         "linear_epochs": cfg.max_epochs,
         "linear_sampler": sampler or "shuffle",
+        # the schedule as run: the total batch, its lr (scaled from the lr per 256 images)
+        "linear_batch": cfg.optimizer.batch_size * world_size(cfg),
+        "linear_lr": schedule.lr,
+        "linear_schedule": STAGE_SCHEDULE_NAMES.get(schedule.scheduler, schedule.scheduler),
+        "linear_lr_decay_epochs": list(schedule.lr_decay_steps)
+        if schedule.scheduler == "step"
+        else [],
         **{f"linear_{key}": cfg[key] for key in CLASSIFIER_STAGE_OPTIONS},  # the stage run
         "linear_environment": environment(
             precision=select(cfg, "precision", None),

@@ -35,6 +35,8 @@ from solo_ext.host import feature_dim
 # ``warmup_cosine`` and ``cosine`` decay it along a cosine to 0 (``warmup_epochs`` not used);
 # ``none`` keeps it constant
 SCHEDULERS = ("warmup_cosine", "cosine", "step", "none")
+# a scheduler's name in the records and tables (the lr's shape: a cosine has no warm-up here)
+STAGE_SCHEDULE_NAMES = {"warmup_cosine": "cosine", "none": "constant"}
 
 
 @dataclass(frozen=True)

@@ -69,6 +69,39 @@ def test_main_job_layout(pretrained_run):
     assert metrics["knn_num_many"] + metrics["knn_num_medium"] + metrics["knn_num_few"] == 4
 
 
+def test_the_run_records_its_recipe_and_the_leaderboard_flags_what_differs(
+    pretrained_run, tmp_path
+):
+    """args.json names the shipped recipe the run was composed from; the leaderboard compares
+    the run with it and flags exactly the keys the command line changed (the epochs are a
+    column of their own; the lr, given per 256 images, follows the batch as both doors scale
+    it, so it is not a difference)."""
+    from solo_ext.leaderboard.recipe import recipe_differences
+    from solo_ext.leaderboard.runs import read_args, read_run
+
+    args = read_args(pretrained_run)
+    config = args["environment"]["config"]
+    assert config["recipe"] == "pretrain/synthetic-lt/pbsd", config
+    assert config["file"].endswith("synthetic-lt/pbsd.yaml")
+    run = read_run(pretrained_run, args, [])
+    recipe = "pretrain/synthetic-lt/pbsd"
+    assert recipe_differences(run) == [
+        f"total batch=8 ({recipe}: 64)",
+        f"method_kwargs.proj_hidden_dim=32 ({recipe}: 512)",
+        f"method_kwargs.queue_size=64 ({recipe}: 1024)",
+        f"data.num_classes=4 ({recipe}: 20)",
+        f"data.synthetic.n_max=24 ({recipe}: 200)",
+        f"data.synthetic.val_per_class=4 ({recipe}: 20)",
+    ]
+    # another lr and a class-balanced sampler: both flagged against the recipe
+    args["optimizer"]["lr"] *= 2
+    args["data"]["sampler"] = {"name": "class_balanced"}
+    run = read_run(pretrained_run, args, [])
+    found = recipe_differences(run)
+    assert f"data.sampler.name=class_balanced ({recipe}: instance)" in found
+    assert f"optimizer.lr per 256 images=0.8 ({recipe}: 0.4)" in found
+
+
 def test_knn_cli(pretrained_run):
     proc = _run(
         _script("solo-ext-knn") + [f"pretrained_checkpoint_dir={pretrained_run}", "k=5"],

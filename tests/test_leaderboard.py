@@ -21,6 +21,7 @@ from solo_ext.leaderboard.published import (
     augmentation_differences,
     load_published,
     protocol_differences,
+    published_stage,
     stage_differences,
 )
 from solo_ext.registry import SOLO_EXT_METHODS, load
@@ -39,7 +40,7 @@ LINEAR_COLUMNS = (
 PBSD_KWARGS = {
     "proj_hidden_dim": 2048, "proj_output_dim": 128, "temperature": 0.07, "queue_size": 65536,
     "symmetric": False, "alpha": None, "beta": 8.0, "pbsd_weight": 1.5, "num_boxes": 5,
-    "box_scale": [0.05, 0.6], "box_ratio": [0.75, 1.333], "box_crop_size": None,
+    "box_scale": [0.05, 0.6], "box_ratio": [0.75, 4 / 3], "box_crop_size": 64,
     "patch_source": "loader", "queue_start": "random", "batch_gather": False,
 }  # fmt: skip
 
@@ -151,18 +152,20 @@ def board(tree) -> dict:
     out = tree["out"]
     return {
         "tables": tables,
-        "synthetic": read_csv(out / "synthetic_lt.csv"),
+        "synthetic": read_csv(out / "synthetic_lt_imbalance_4.csv"),
         "imagenet_lt": read_csv(out / "imagenet_lt.csv"),
-        "md": (out / "imagenet_lt.md").read_text() + (out / "synthetic_lt.md").read_text(),
+        "md": (out / "imagenet_lt.md").read_text()
+        + (out / "synthetic_lt_imbalance_4.md").read_text(),
     }
 
 
 def test_files_per_dataset(tree, board):
-    assert sorted(board["tables"]) == ["imagenet_lt", "synthetic_lt"]
-    for dataset in board["tables"]:
+    # (the tiny runs' imbalance factor, 4, is not the dataset's default 10: a table of its own)
+    assert sorted(board["tables"]) == ["imagenet_lt", "synthetic_lt (imbalance 4)"]
+    for name in ("imagenet_lt", "synthetic_lt_imbalance_4"):
         for ext in ("md", "csv"):
-            assert (tree["out"] / f"{dataset}.{ext}").stat().st_size > 0
-        png = (tree["out"] / f"{dataset}.png").read_bytes()
+            assert (tree["out"] / f"{name}.{ext}").stat().st_size > 0
+        png = (tree["out"] / f"{name}.png").read_bytes()
         assert png.startswith(b"\x89PNG")
 
 
@@ -170,15 +173,22 @@ def test_solo_ext_run_values_are_its_metrics_json_and_symmetric_is_flagged(tree,
     metrics = json.loads((tree["ours"] / "metrics.json").read_text())
     (row,) = board["synthetic"]  # no published row for synthetic_lt
     assert row["kind"] == "measured" and row["method"] == "scl"
-    assert num(row["linear_acc1"]) == metrics["linear_acc1"] and row["linear_eval"] == "offline"
-    assert num(row["knn_acc1"]) == metrics["knn_acc1"] and row["knn_eval"] == "offline"
-    assert row["groups_of"] == "linear"
+    # each evaluation in its own columns: the offline linear stage and the offline kNN
+    assert num(row["linear_acc1"]) == metrics["linear_acc1"]
+    assert num(row["linear_acc5"]) == metrics["linear_acc5"]
+    assert num(row["knn_acc1"]) == metrics["knn_acc1"]
     for group in ("many", "medium", "few"):
-        assert num(row[group]) == metrics[f"linear_acc1_{group}"]
+        assert num(row[f"linear_{group}"]) == metrics[f"linear_acc1_{group}"]
+        assert num(row[f"knn_{group}"]) == metrics[f"knn_acc1_{group}"]
+    assert row["head_acc1"] == ""  # (not a one-stage method)
+    differences = row["differences"].split("; ")
     assert row["protocol"] == "symmetric=true" and row["flagged"] == "true"
-    assert row["differences"] == "symmetric=true" and row["compared_with"] == ""
+    assert differences[0] == "symmetric=true" and row["compared_with"] == ""
+    # the 2-epoch linear stage against the published long-tail stage (40 epochs)
+    assert "linear epochs=2 (published 40)" in differences
+    assert metrics["linear_epochs"] == 2 and metrics["linear_schedule"] in ("cosine", "step")
     assert (row["backbone"], row["epochs"], row["batch"]) == ("resnet18", "1", "8")
-    assert "| ⚑ symmetric=true |" in board["md"]
+    assert "| ⚑ symmetric=true; linear epochs=2 (published 40); " in board["md"]
     assert f"{metrics['linear_acc1']:.2f}" in board["md"]
 
 
@@ -186,19 +196,21 @@ def test_solo_learn_layout_linear_run_and_csv_logs(tree, board):
     rows = {r["label"]: r for r in board["imagenet_lt"] if r["kind"] == "measured"}
     row = rows["pbsd 0"]
     # main_linear.py's last validation row, attached through pretrained_feature_extractor
-    assert (num(row["linear_acc1"]), row["linear_eval"]) == (57.25, "offline")
-    assert [num(row[g]) for g in ("many", "medium", "few")] == [68.5, 54.0, 38.75]
+    assert num(row["linear_acc1"]) == 57.25
+    assert [num(row[f"linear_{g}"]) for g in ("many", "medium", "few")] == [68.5, 54.0, 38.75]
     assert "trained_models/linear/1" in row["source"] and "40 ep, class_balanced" in row["source"]
-    # the online kNN of the pretraining log's last validation row
-    assert (num(row["knn_acc1"]), row["knn_eval"]) == (44.25, "online")
+    # the online classifier and the online kNN of the pretraining log's last validation row,
+    # each in its own columns
+    assert (num(row["online_acc1"]), num(row["online_knn_acc1"])) == (41.5, 44.25)
+    assert [num(row[f"online_knn_{g}"]) for g in ("many", "medium", "few")] == [60.5, 40.0, None]
+    assert row["knn_acc1"] == "" and row["online_many"] == ""
     assert (row["backbone"], row["epochs"], row["batch"]) == ("resnet50", "200", "256")
     assert row["compared_with"] == "DSCL + PBSD" and row["flagged"] == "false"
     assert row["protocol"] == "as published"
 
-    other = rows["pbsd 2"]  # no linear run: the online classifier, groups of the online kNN
-    assert (num(other["linear_acc1"]), other["linear_eval"]) == (41.5, "online")
-    assert other["groups_of"] == "knn"
-    assert [num(other[g]) for g in ("many", "medium", "few")] == [60.5, 40.0, None]
+    other = rows["pbsd 2"]  # no linear run: the online evaluations only
+    assert (other["linear_acc1"], num(other["online_acc1"])) == ("", 41.5)
+    assert [num(other[f"online_knn_{g}"]) for g in ("many", "medium", "few")] == [60.5, 40.0, None]
     assert other["flagged"] == "true" and other["compared_with"] == "DSCL + PBSD"
     assert other["protocol"] == "queue_start=empty, batch_gather=true, patch_source=device"
     assert other["differences"].split("; ") == [
@@ -215,7 +227,8 @@ def test_a_run_directory_given_alone_finds_its_linear_run_and_logs(tree, tmp_pat
     logs where the script ran: neither needs to be under the paths given."""
     tables = leaderboard([str(tree["solo"]), "--out", str(tmp_path)])
     (row,) = [r for r in tables["imagenet_lt"] if r.kind == "measured"]
-    assert (row.linear_acc1, row.linear_eval, row.knn_acc1) == (57.25, "offline", 44.25)
+    assert (row.value("linear"), row.value("online_knn")) == (57.25, 44.25)
+    assert row.evaluations == ["linear", "online", "online_knn"]
     assert capsys.readouterr().err == ""
 
 
@@ -227,7 +240,8 @@ def test_published_rows_are_marked_and_apart(board):
     shipped = [p for p in load_published() if p.dataset == "imagenet_lt"]
     assert [r["label"] for r in rows[:n]] == [p.label for p in shipped]
     for row, p in zip(rows[:n], shipped):
-        assert num(row["linear_acc1"]) == p.linear_acc1 and row["source"] == p.source
+        column = {"offline": "linear", "head": "head", "online": "online"}[p.linear_eval]
+        assert num(row[f"{column}_acc1"]) == p.linear_acc1 and row["source"] == p.source
         assert row["flagged"] == "false" and row["compared_with"] == ""
     headline = next(r for r in rows if r["label"] == "DSCL + PBSD")
     assert (num(headline["linear_acc1"]), headline["epochs"]) == (57.7, "200")
@@ -285,25 +299,39 @@ def test_augmentation_options_off_the_published_protocol_are_flagged():
 
 
 def test_a_linear_evaluation_off_the_published_classifier_stage_is_flagged():
-    """On a long-tailed dataset the linear number is compared with the papers' classifier
-    stage; an evaluation with another stage (or from before the keys: solo-learn's probe) is
-    flagged; on a balanced dataset solo-learn's probe is the reference, nothing is flagged."""
-    published = {
-        "backbone_bn": "train",
-        "classifier_init": "normal",
-        "train_augmentation": "published",
-    }
-    assert stage_differences("imagenet_lt", published) == []
-    assert stage_differences("cifar100_lt", {**published, "backbone_bn": "eval"}) == [
-        "linear backbone_bn=eval"
+    """A linear number is compared with its published row's classifier stage, else on a
+    long-tailed dataset with DSCL's (its official train_cls.sh: class-balanced, 40 epochs,
+    batch 2048 at lr 10, x0.1 at 20 and 30, backbone BN in train mode, N(0, 0.01) init, its
+    crops): each key the evaluation records and gives another value is flagged; a balanced
+    dataset without a published stage compares nothing."""
+    dscl = {"sampler": "class_balanced", "epochs": "40", "batch": "2048", "lr": "10",
+            "schedule": "step", "lr_decay_epochs": "20 30", "backbone_bn": "train",
+            "classifier_init": "normal", "train_augmentation": "published",
+            "loss": "ce"}  # fmt: skip
+    assert published_stage("imagenet_lt") == published_stage("cifar100_lt") == dscl
+    assert published_stage("cifar100") == {}
+    run = {"sampler": "class_balanced", "epochs": 40, "batch": 2048, "lr": 1.25 * 2048 / 256,
+           "schedule": "step", "lr_decay_epochs": [20, 30], "backbone_bn": "train",
+           "classifier_init": "normal", "train_augmentation": "published",
+           "loss": "ce"}  # fmt: skip
+    assert stage_differences(dscl, run) == []
+    assert stage_differences(dscl, {"epochs": 40}) == []  # (what is not recorded: not compared)
+    one_epoch = {**run, "epochs": 1, "sampler": "shuffle", "lr": 10.000001, "backbone_bn": "eval"}
+    assert stage_differences(dscl, one_epoch) == [
+        "linear sampler=shuffle (published class_balanced)",
+        "linear epochs=1 (published 40)",
+        "linear backbone_bn=eval (published train)",
     ]
-    older = {
-        "backbone_bn": "eval",
-        "classifier_init": "default",
-        "train_augmentation": "solo-learn",
-    }
-    assert len(stage_differences("imagenet_lt", older)) == 3
-    assert stage_differences("cifar100", older) == []
+    assert stage_differences(dscl, {**run, "lr_decay_epochs": [30]}) == [
+        "linear lr_decay_epochs=30 (published 20 30)"
+    ]
+    # TSC's CIFAR-LT stage: LDAM with re-weighting over shuffled batches (an instance sampler
+    # draws as shuffling does); both doors train with cross-entropy
+    tsc = next(p for p in load_published() if p.dataset == "cifar10_lt" and p.method == "tsc")
+    assert tsc.stage["loss"] == "ldam_reweighted" and tsc.stage["sampler"] == "shuffle"
+    assert stage_differences(tsc.stage, {"sampler": "instance", "loss": "ce"}) == [
+        "linear loss=ce (published ldam_reweighted)"
+    ]
 
 
 def test_broken_and_partial_runs_are_skipped_in_one_line_each(tree, tmp_path, capsys):
@@ -320,7 +348,8 @@ def test_broken_and_partial_runs_are_skipped_in_one_line_each(tree, tmp_path, ca
     (orphan / "args.json").write_text(json.dumps({"pretrained_feature_extractor": "gone.ckpt"}))
 
     tables = leaderboard([str(tree["ours"]), str(tmp_path), "--out", str(tmp_path / "out")])
-    assert list(tables) == ["synthetic_lt"] and len(tables["synthetic_lt"]) == 1
+    assert list(tables) == ["synthetic_lt (imbalance 4)"]
+    assert len(tables["synthetic_lt (imbalance 4)"]) == 1
     err = capsys.readouterr().err
     assert "Traceback" not in err
     lines = err.strip().splitlines()
@@ -380,17 +409,23 @@ def test_seeds_of_one_setting_make_one_row_with_mean_and_spread(tmp_path):
     values = [top1[v] for v in (0, 1, 2)]
     mean = sum(values) / 3
     sd = (sum((v - mean) ** 2 for v in values) / 2) ** 0.5
-    assert swept.linear_acc1 == pytest.approx(mean) and swept.spread[
-        "linear_acc1"
-    ] == pytest.approx(sd)
-    assert swept.groups["many"] == pytest.approx(statistics.fmean(many[v] for v in (0, 1, 2)))
+    assert swept.value("online") == pytest.approx(mean)
+    assert swept.spread["online_acc1"] == pytest.approx(sd)
+    want_many = statistics.fmean(many[v] for v in (0, 1, 2))
+    assert swept.value("online_knn", "many") == pytest.approx(want_many)
+    assert swept.spread["online_knn_acc1"] == 0.0  # (1.0 for every seed)
     (alone,) = [r for r in rows if r.n == 1]
-    assert alone.linear_acc1 == 30.0 and alone.spread.get("linear_acc1") is None
+    assert alone.value("online") == 30.0 and alone.spread.get("online_acc1") is None
+    # another lr per 256 images than the shipped recipe: flagged against it
+    assert any(d.startswith("optimizer.lr per 256 images=0.2 (pretrain/imagenet-lt/pbsd: ")
+               for d in alone.differences), alone.differences  # fmt: skip
+    assert not any("optimizer.lr" in d for d in swept.differences), swept.differences
     md = (out / "imagenet_lt.md").read_text()
-    assert f"{mean:.2f} ± {sd:.2f} (online)" in md and "n = 3, seeds 0, 1, 2" in md
+    assert f"{mean:.2f} ± {sd:.2f}" in md and "n = 3, seeds 0, 1, 2" in md
+    assert "| online linear top-1 | online kNN top-1 | online kNN many |" in md
     written = [r for r in read_csv(out / "imagenet_lt.csv") if r["kind"] == "measured"]
     assert sorted(r["n"] for r in written) == ["1", "3"]
-    assert any(num(r["linear_acc1_sd"]) == pytest.approx(sd) for r in written)
+    assert any(num(r["online_acc1_sd"]) == pytest.approx(sd) for r in written)
 
     per_run = leaderboard([str(tmp_path / "trained_models"), "--out", str(out), "--per-run"])
     rows = [r for r in per_run["imagenet_lt"] if r.kind == "measured"]
@@ -423,7 +458,7 @@ def test_custom_folders_and_shot_thresholds_get_tables_of_their_own(tmp_path):
     (other,) = tables["custom /data/a (many > 10, few < 5)"]
     assert other.group_sizes == {"many": 2, "medium": 1, "few": 2}
     md = "".join(p.read_text() for p in (tmp_path / "board").glob("*.md"))
-    assert "kNN (2 / 1 / 2 classes)" in md
+    assert "| 2 / 1 / 2 |" in md and "| classes (many / medium / few) |" in md
 
 
 def _solo_learn_readme() -> Path | None:
@@ -484,3 +519,68 @@ def test_the_solo_learn_rows_are_its_readme_tables_in_full():
                 assert match[0].epochs == int(row["Epochs"]), (section, label)
                 seen.add(id(match[0]))
     assert {id(p) for p in published} == seen
+
+
+def test_an_imbalance_factor_of_its_own_is_a_table_of_its_own(tmp_path):
+    """CIFAR-100-LT at imbalance 50 is another benchmark than at 100: its own table, beside the
+    published rows of that factor only (none here), never compared with the rows at 100."""
+    logs = tmp_path / "lightning_logs"
+    for version, factor in enumerate((100, 50)):
+        data = {"dataset": "cifar100_lt", "imbalance_factor": factor}
+        solo_learn_run(tmp_path, version, data=data, method="tsc", backbone={"name": "resnet50"})
+        row = {"val_acc1": 40.0 + version, "val_knn_acc1": 30.0}
+        write_lightning_csv(logs / f"version_{version}" / "metrics.csv", PRETRAIN_COLUMNS, [row])
+    out = tmp_path / "board"
+    tables = leaderboard([str(tmp_path / "trained_models"), "--out", str(out)])
+    assert sorted(tables) == ["cifar100_lt", "cifar100_lt (imbalance 50)"]
+    at_100 = [p for p in load_published() if p.dataset == "cifar100_lt"]
+    assert at_100 and {p.imbalance_factor for p in at_100} == {100}
+    (measured,) = [r for r in tables["cifar100_lt"] if r.kind == "measured"]
+    assert measured.compared_with == "TSC" and measured.imbalance_factor == 100
+    (alone,) = tables["cifar100_lt (imbalance 50)"]
+    assert alone.kind == "measured" and alone.compared_with == ""
+    assert (out / "cifar100_lt_imbalance_50.md").is_file()
+
+
+def test_a_balanced_linear_evaluation_is_held_to_solo_learns_linear_config(tmp_path):
+    """An offline ImageNet-100 number is compared with the published row's classifier stage
+    (solo-learn's scripts/linear/imagenet-100/<method>.yaml: 100 epochs, step at 60 and 80, its
+    lr for batch 256): another lr is flagged; the published top-5 has its own column, and a
+    number whose source does not say online or offline is marked."""
+    run_dir = tmp_path / "trained_models" / "mocov2plus" / "0"
+    run_dir.mkdir(parents=True)
+    args = {"method": "mocov2plus", "backbone": {"name": "resnet18"}, "max_epochs": 400,
+            "data": {"dataset": "imagenet100"}, "devices": [0], "num_nodes": 1,
+            "optimizer": {"name": "sgd", "batch_size": 128, "lr": 0.3}, "wandb_run_id": "0",
+            "checkpoint": {"dir": "trained_models"}}  # fmt: skip
+    (run_dir / "args.json").write_text(json.dumps(args))
+    (run_dir / "mocov2plus-0-ep=399.ckpt").write_bytes(b"not read")
+    linear_dir = tmp_path / "trained_models" / "linear" / "1"
+    linear_dir.mkdir(parents=True)
+    ckpt = "trained_models/mocov2plus/0/mocov2plus-0-ep=399.ckpt"
+    linear_args = {"pretrained_feature_extractor": ckpt, "max_epochs": 100, "devices": [0],
+                   "num_nodes": 1, "optimizer": {"name": "sgd", "batch_size": 256, "lr": 0.3},
+                   "scheduler": {"name": "step", "lr_decay_steps": [60, 80]},
+                   "data": {"dataset": "imagenet100"}, "wandb_run_id": "1",
+                   "checkpoint": {"dir": "trained_models"}}  # fmt: skip
+    (linear_dir / "args.json").write_text(json.dumps(linear_args))
+    write_lightning_csv(
+        tmp_path / "lightning_logs" / "version_1" / "metrics.csv",
+        LINEAR_COLUMNS,
+        [{"val_acc1": 70.5, "val_acc5": 91.0}],
+    )
+    out = tmp_path / "board"
+    tables = leaderboard([str(tmp_path / "trained_models"), "--out", str(out)])
+    (row,) = [r for r in tables["imagenet100"] if r.kind == "measured"]
+    assert (row.value("linear"), row.value("linear", "acc5")) == (70.5, 91.0)
+    (ref,) = [p for p in load_published() if p.dataset == "imagenet100"
+              and p.label == row.compared_with and p.linear_eval == "offline"]  # fmt: skip
+    assert ref.stage["lr"] == "3" and ref.stage["lr_decay_epochs"] == "60 80"
+    assert row.differences == ["linear lr=0.3 (published 3)"]
+    md = (out / "imagenet100.md").read_text()
+    assert "| linear top-1 | linear top-5 |" in md
+    cifar = [p for p in load_published() if p.dataset == "cifar100" and p.linear_eval == ""]
+    assert cifar  # (a row whose source does not say online or offline: shown with (?))
+    from solo_ext.leaderboard.table import markdown, published_row
+
+    assert f"{cifar[0].linear_acc1:.2f} (?)" in markdown("cifar100", [published_row(cifar[0])])

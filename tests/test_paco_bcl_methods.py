@@ -202,7 +202,7 @@ def test_the_reported_head_in_the_online_metrics_and_metrics_json(method, make_c
 
 
 def test_the_leaderboard_reports_the_head_of_a_one_stage_run(make_cfg, tmp_path):
-    """metrics.json's head_* in the linear column, marked (head); an imagenet_lt run with
+    """metrics.json's head_* in the head columns (its own evaluation); an imagenet_lt run with
     gpaco: true sits beside the published GPaCo row (a CSV log's val_head_acc1 stands in when
     there is no metrics.json, as for solo-learn's main_pretrain.py)."""
     import csv
@@ -215,12 +215,12 @@ def test_the_leaderboard_reports_the_head_of_a_one_stage_run(make_cfg, tmp_path)
     metrics = json.loads((run_dir / "metrics.json").read_text())
     args = read_args(run_dir)
     found = read_run(run_dir, args, [])
-    assert (found.linear.kind, found.linear.acc1) == ("head", metrics["head_acc1"])
+    assert found.evals["head"].acc1 == metrics["head_acc1"] and "linear" not in found.evals
     # without metrics.json: the last validation row of the run's CSV log
     (run_dir / "metrics.json").unlink()
     found = read_run(run_dir, args, [])
-    assert found.linear.kind == "head"
-    assert found.linear.acc1 == pytest.approx(result["metrics"]["val_head_acc1"], abs=1e-3)
+    head = found.evals["head"].acc1
+    assert head == pytest.approx(result["metrics"]["val_head_acc1"], abs=1e-3)
     # the same run as an imagenet_lt one: compared with the published GPaCo row
     args["data"]["dataset"] = "imagenet_lt"
     (run_dir / "args.json").write_text(json.dumps(args))
@@ -228,8 +228,11 @@ def test_the_leaderboard_reports_the_head_of_a_one_stage_run(make_cfg, tmp_path)
     with open(tmp_path / "board" / "imagenet_lt.csv") as f:
         rows = list(csv.DictReader(f))
     (measured,) = [r for r in rows if r["kind"] == "measured"]
-    assert measured["linear_eval"] == "head" and measured["compared_with"] == "GPaCo"
-    published = {r["label"]: r["linear_eval"] for r in rows if r["kind"] == "published"}
-    assert published["GPaCo"] == published["PaCo"] == published["BCL"] == "head"
-    assert published["KCL"] == published["TSC"] == "offline"
-    assert "(head)" in (tmp_path / "board" / "imagenet_lt.md").read_text()
+    assert float(measured["head_acc1"]) == pytest.approx(head, abs=1e-3)
+    assert measured["linear_acc1"] == "" and measured["compared_with"] == "GPaCo"
+    published = {r["label"]: r for r in rows if r["kind"] == "published"}
+    for label in ("GPaCo", "PaCo", "BCL"):  # one-stage: the head's number, in its columns
+        assert published[label]["head_acc1"] and not published[label]["linear_acc1"], label
+    for label in ("KCL", "TSC"):  # two-stage: the offline classifier stage's
+        assert published[label]["linear_acc1"] and not published[label]["head_acc1"], label
+    assert "| head top-1 |" in (tmp_path / "board" / "imagenet_lt.md").read_text()

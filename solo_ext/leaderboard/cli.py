@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -84,7 +85,10 @@ def check_args(args: argparse.Namespace) -> None:
 
 
 def _safe(name: str) -> str:
-    return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in name) or "dataset"
+    """A table's file name: its name with each run of other characters than letters, digits,
+    ``-`` and ``.`` as one ``_`` (``custom /data/a (many > 10, few < 5)``:
+    ``custom_data_a_many_10_few_5``)."""
+    return re.sub(r"[^A-Za-z0-9.-]+", "_", name).strip("_") or "dataset"
 
 
 def run(argv: list[str] | None = None) -> dict[str, list]:

@@ -16,6 +16,16 @@ COLUMNS = (
     "dataset", "method", "label", "config", "backbone", "epochs", "batch", "linear_eval",
     "linear_acc1", "knn_acc1", "many", "medium", "few", "protocol", "source",
 )  # fmt: skip
+# columns a file may have (empty or absent: not given): ``acc5`` the top-5 of ``linear_acc1``,
+# ``imbalance_factor`` the training split's largest class count over its smallest, ``stage``
+# the classifier stage of an offline number as ``key=value`` pairs (``;``-separated; the keys
+# of :data:`STAGE_KEYS`)
+OPTIONAL_COLUMNS = ("acc5", "imbalance_factor", "stage")
+# a classifier stage's keys, compared with a measured linear evaluation's (runs.Eval.stage):
+# the sampler, epochs, total batch, absolute lr, schedule (cosine / step / constant) with its
+# epochs, the BatchNorm mode, the init, the training crops and the loss
+STAGE_KEYS = ("sampler", "epochs", "batch", "lr", "schedule", "lr_decay_epochs", "backbone_bn",
+              "classifier_init", "train_augmentation", "loss")  # fmt: skip
 # "head": a one-stage method's classifier trained with its loss; "": the source does not say
 LINEAR_EVALS = ("offline", "online", "head", "")
 
@@ -75,6 +85,9 @@ class Published:
     few: float | None = None
     protocol: str = ""
     source: str = ""
+    acc5: float | None = None
+    imbalance_factor: float | None = None
+    stage: dict[str, str] = field(default_factory=dict)
 
 
 def _number(text: str, kind: type, where: str) -> Any:
@@ -109,8 +122,8 @@ def load_published(path: str | Path = PUBLISHED_CSV) -> list[Published]:
         One :class:`Published` per line.
 
     Raises:
-        ValueError: A missing column, an unparsable number, an unknown ``linear_eval`` or a
-            row without its dataset, method, label or source.
+        ValueError: A missing column, an unparsable number, an unknown ``linear_eval`` or
+            stage key, or a row without its dataset, method, label or source.
     """
     with open(path, newline="") as f:
         reader = csv.DictReader(f)
@@ -126,9 +139,14 @@ def load_published(path: str | Path = PUBLISHED_CSV) -> list[Published]:
             if raw["linear_eval"] not in LINEAR_EVALS:
                 raise ValueError(f"{where}: linear_eval={raw['linear_eval']!r}")
             numbers = {
-                k: _number(raw[k], float, f"{where} {k}")
-                for k in ("linear_acc1", "knn_acc1", "many", "medium", "few")
-            }
+                k: _number(raw.get(k) or "", float, f"{where} {k}")
+                for k in ("linear_acc1", "knn_acc1", "many", "medium", "few", "acc5",
+                          "imbalance_factor")
+            }  # fmt: skip
+            stage = _config(raw.get("stage") or "", f"{where} stage")
+            unknown = [k for k in stage if k not in STAGE_KEYS]
+            if unknown:
+                raise ValueError(f"{where} stage: {unknown[0]!r} is not one of {STAGE_KEYS}")
             rows.append(
                 Published(
                     dataset=raw["dataset"],
@@ -141,6 +159,7 @@ def load_published(path: str | Path = PUBLISHED_CSV) -> list[Published]:
                     linear_eval=raw["linear_eval"],
                     protocol=raw["protocol"],
                     source=raw["source"],
+                    stage=stage,
                     **numbers,
                 )
             )
@@ -188,15 +207,63 @@ def augmentation_differences(method: str, augmentations: Any) -> list[str]:
     return out
 
 
-def stage_differences(dataset: str, stage: dict[str, str]) -> list[str]:
-    """``linear <key>=value`` for each classifier-stage key of a linear evaluation on a
-    long-tailed dataset that differs from the published stage (DSCL's)."""
+def published_stage(dataset: str) -> dict[str, str]:
+    """The classifier stage a linear number on ``dataset`` is held to when no published row
+    gives one: on a long-tailed dataset DSCL's published stage (the default of both doors
+    there); on a balanced one none (solo-learn's linear configs differ by method)."""
     from solo_ext.data.facts import facts
-    from solo_ext.eval.classifier_stage import PUBLISHED_STAGE
+    from solo_ext.eval.classifier_stage import LONG_TAIL_SAMPLER, LONG_TAIL_STAGE, PUBLISHED_STAGE
 
-    if not stage or not facts(dataset).long_tailed:
-        return []
-    return [f"linear {k}={stage[k]}" for k, v in PUBLISHED_STAGE.items() if stage.get(k) != v]
+    if not facts(dataset).long_tailed:
+        return {}
+    batch = LONG_TAIL_STAGE["optimizer.batch_size"]
+    schedule = {
+        "sampler": LONG_TAIL_SAMPLER,
+        "epochs": LONG_TAIL_STAGE["max_epochs"],
+        "batch": batch,
+        "lr": LONG_TAIL_STAGE["optimizer.lr"] * batch / 256,
+        "schedule": LONG_TAIL_STAGE["scheduler.name"],
+        "lr_decay_epochs": LONG_TAIL_STAGE["scheduler.lr_decay_steps"],
+        **PUBLISHED_STAGE,
+        "loss": "ce",
+    }
+    return {key: stage_text(value) for key, value in schedule.items()}
+
+
+def stage_text(value: Any) -> str:
+    """A stage value as the published file writes it: lists space-separated, whole numbers
+    without a decimal point (``[20, 30]``: ``20 30``; ``10.0``: ``10``)."""
+    if isinstance(value, (list, tuple)):
+        return " ".join(stage_text(v) for v in value)
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return show_value(value)
+
+
+# samplers that draw as shuffling does (each image once an epoch)
+SHUFFLING = ("shuffle", "instance")
+
+
+def _same_stage_value(measured: Any, published: str) -> bool:
+    text = stage_text(measured)
+    if text in SHUFFLING and published in SHUFFLING:
+        return True
+    try:  # numbers to 6 significant digits (an lr scaled by the batch)
+        a, b = float(text), float(published)
+    except ValueError:
+        return text == published
+    return abs(a - b) <= 1e-6 * max(abs(a), abs(b))
+
+
+def stage_differences(reference: dict[str, str], stage: dict[str, Any]) -> list[str]:
+    """``linear <key>=<value> (published <value>)`` for each key of the reference classifier
+    stage (a published row's ``stage``, or :func:`published_stage`) that a measured linear
+    evaluation's stage has with another value (a key it does not record is not compared)."""
+    return [
+        f"linear {key}={stage_text(stage[key])} (published {want})"
+        for key, want in reference.items()
+        if key in stage and not _same_stage_value(stage[key], want)
+    ]
 
 
 def protocol_differences(
@@ -216,26 +283,34 @@ def protocol_differences(
     return out
 
 
+# a measured evaluation -> the ``linear_eval`` of the published numbers it sits beside
+PUBLISHED_EVAL = {"linear": "offline", "online": "online", "head": "head"}
+
+
 def counterpart(
     rows: list[Published],
     dataset: str,
     method: str,
     method_kwargs: dict[str, Any],
     backbone: str | None,
-    linear_eval: str,
+    evaluations: tuple[str, ...] = (),
     epochs: int | None = None,
+    imbalance_factor: float | None = None,
 ) -> Published | None:
     """The published row a measured run is compared with: same dataset and method (or its
-    :data:`COUNTERPARTS` name), every ``config`` pair of the row set so in the run; among those,
-    the most specific config, then the same linear evaluation (offline / online), then the same
-    backbone, then the same epochs, then file order."""
+    :data:`COUNTERPARTS` name), every ``config`` pair of the row set so in the run, not another
+    imbalance factor (both known); among those, the most specific config, then a ``linear_eval``
+    of one of the run's ``evaluations`` (:data:`PUBLISHED_EVAL`), then the same backbone, then
+    the same epochs, then file order."""
     names = {method, COUNTERPARTS.get(method, method)}
+    kinds = {PUBLISHED_EVAL.get(e, e) for e in evaluations}
     found = [
         r
         for r in rows
         if r.dataset == dataset
         and r.method in names
         and all(show_value(method_kwargs.get(k)) == v for k, v in r.config.items())
+        and same_imbalance(r.imbalance_factor, imbalance_factor)
     ]
     if not found:
         return None
@@ -243,9 +318,14 @@ def counterpart(
         found,
         key=lambda r: (
             len(r.config),
-            r.linear_eval == linear_eval,
+            r.linear_eval in kinds,
             r.backbone == backbone,
             epochs is not None and r.epochs == epochs,
             -rows.index(r),
         ),
     )
+
+
+def same_imbalance(a: float | None, b: float | None) -> bool:
+    """Two imbalance factors that may be compared: equal to 1 %, or one not known."""
+    return a is None or b is None or abs(a - b) <= 0.01 * max(a, b)

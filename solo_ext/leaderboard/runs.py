@@ -1,16 +1,19 @@
-"""Measured runs: pretraining run directories (solo-ext's and solo-learn's layout), the linear /
-kNN evaluations of each, read from files only (no checkpoint is loaded).
+"""Measured runs: pretraining run directories (solo-ext's and solo-learn's layout), the
+evaluations of each, read from files only (no checkpoint is loaded).
 
-Where a result comes from, first found first:
+A run has up to five evaluations (:data:`EVALUATIONS`), each with its top-1, top-5 and Many /
+Medium / Few, each from one place:
 
-- a one-stage method's (PaCo, GPaCo, BCL) reported classifier, its head trained with the loss,
-  in the linear column: ``metrics.json``'s ``head_*`` (the end of ``solo-ext-pretrain``), else
-  the last ``val_head_acc1`` of its CSV log (solo-learn's ``main_pretrain.py``);
-- linear top-1 (and Many / Medium / Few): ``metrics.json``'s ``linear_*`` (``solo-ext-linear``),
-  else the last validation row of a ``main_linear.py`` run whose ``pretrained_feature_extractor``
-  is a checkpoint of the run, else the run's own online classifier (``val_acc1`` in its CSV log);
-- kNN top-1 (and groups): ``metrics.json``'s ``knn_*`` (``solo-ext-knn``, the final kNN of
-  ``solo-ext-pretrain``), else the online kNN (``val_knn_acc1``, ``val_knn_acc1_<group>``).
+- ``linear``, the offline classifier stage on the frozen backbone: ``metrics.json``'s
+  ``linear_*`` (``solo-ext-linear``), else the last validation row of a ``main_linear.py`` run
+  whose ``pretrained_feature_extractor`` is a checkpoint of the run;
+- ``head``, a one-stage method's (PaCo, GPaCo, BCL) classifier trained with its loss, what their
+  papers report: ``metrics.json``'s ``head_*`` (the end of ``solo-ext-pretrain``), else the last
+  ``val_head_acc1`` of its CSV log (solo-learn's ``main_pretrain.py``);
+- ``online``, the online linear classifier of pretraining (``val_acc1`` in its CSV log);
+- ``online_knn``, the online kNN of pretraining (``val_knn_acc1``, ``val_knn_acc1_<group>``);
+- ``knn``, the offline kNN: ``metrics.json``'s ``knn_*`` (``solo-ext-knn``, the final kNN of
+  ``solo-ext-pretrain``).
 
 CSV logs: ``<run>/logs*/metrics.csv`` (``solo-ext-pretrain``), or for solo-learn's scripts
 without wandb Lightning's ``lightning_logs/version_<N>/metrics.csv`` in the directory the script
@@ -31,20 +34,35 @@ from typing import Any
 from solo_ext.config import CORE_RUN_OPTIONS, ConfigError, declared, world_size
 
 GROUPS = ("many", "medium", "few")
+METRICS = ("acc1", "acc5", *GROUPS)
+# an evaluation -> its title in the tables (in column order)
+EVALUATIONS = {
+    "linear": "linear",
+    "head": "head",
+    "online": "online linear",
+    "online_knn": "online kNN",
+    "knn": "kNN",
+}
 
 
 @dataclass
 class Eval:
-    """One evaluation's top-1 and Many / Medium / Few accuracy (percent; None: not measured)."""
+    """One evaluation's top-1, top-5 and Many / Medium / Few accuracy (percent; None: not
+    measured)."""
 
     acc1: float | None
     groups: dict[str, float | None]
-    # "offline" (a probe or kNN of the final backbone), "online" (during training) or "head" (a
-    # one-stage method's head, trained with its loss: its reported classifier)
-    kind: str
+    kind: str  # one of EVALUATIONS
     origin: str  # the file or run it was read from
     note: str = ""  # its settings (epochs, sampler, k)
-    stage: dict[str, str] = field(default_factory=dict)  # a linear evaluation's stage keys
+    # a linear evaluation's classifier stage: sampler, epochs, batch (total), lr (absolute),
+    # schedule, lr_decay_epochs, backbone_bn, classifier_init, train_augmentation, loss
+    stage: dict[str, Any] = field(default_factory=dict)
+    acc5: float | None = None
+
+    def value(self, metric: str) -> float | None:
+        """``acc1``, ``acc5`` or a group's top-1."""
+        return self.groups.get(metric) if metric in GROUPS else getattr(self, metric)
 
 
 @dataclass
@@ -60,8 +78,7 @@ class Run:
     processes: int | None
     method_kwargs: dict[str, Any]
     args: dict[str, Any] = field(repr=False)
-    linear: Eval | None = None
-    knn: Eval | None = None
+    evals: dict[str, Eval] = field(default_factory=dict)  # EVALUATIONS key -> its result
     environment: dict[str, Any] | None = None  # args.json's record (None: made before runs had one)
 
 
@@ -189,12 +206,48 @@ STAGE_BEFORE = {
     "classifier_init": "default",
     "train_augmentation": "solo-learn",
 }
+# (both doors' classifier stages train with cross-entropy)
+STAGE_LOSS = "ce"
 
 
-def _stage(found: dict[str, Any], prefix: str = "") -> dict[str, str]:
-    """The classifier-stage keys of a linear evaluation (``<prefix><key>``), or what it ran
-    with before they existed."""
-    return {k: str(found.get(f"{prefix}{k}") or old) for k, old in STAGE_BEFORE.items()}
+def _metrics_stage(metrics: dict[str, Any]) -> dict[str, Any]:
+    """The classifier stage ``solo-ext-linear`` recorded in ``metrics.json`` (``linear_<key>``;
+    the keys a record from before lacks: the stage keys' old values, the rest not known)."""
+    stage: dict[str, Any] = {k: str(metrics.get(f"linear_{k}") or old)
+                             for k, old in STAGE_BEFORE.items()}  # fmt: skip
+    for key in ("sampler", "epochs", "batch", "lr", "schedule", "lr_decay_epochs"):
+        if metrics.get(f"linear_{key}") is not None:
+            stage[key] = metrics[f"linear_{key}"]
+    stage["loss"] = STAGE_LOSS
+    return stage
+
+
+def _args_stage(args: dict[str, Any]) -> dict[str, Any]:
+    """The classifier stage of a ``main_linear.py`` run, from its ``args.json`` (solo-learn's
+    resolved config: the lr already scaled by the batch)."""
+    stage: dict[str, Any] = {k: str(args.get(k) or old) for k, old in STAGE_BEFORE.items()}
+    stage["sampler"] = _get(args, "data.sampler.name") or "shuffle"
+    if isinstance(args.get("max_epochs"), int):
+        stage["epochs"] = args["max_epochs"]
+    batch, lr = _get(args, "optimizer.batch_size"), _get(args, "optimizer.lr")
+    try:
+        processes: int | None = world_size(args)
+    except (ConfigError, TypeError, ValueError):
+        processes = None
+    if isinstance(batch, int) and processes:
+        stage["batch"] = batch * processes
+    if _float(lr) is not None:
+        stage["lr"] = _float(lr)
+    from solo_ext.linear_stage import STAGE_SCHEDULE_NAMES
+
+    name = _get(args, "scheduler.name")
+    if isinstance(name, str):
+        # (solo-learn's warm-up cosine: a warm-up of scheduler.warmup_epochs, not compared)
+        stage["schedule"] = schedule = STAGE_SCHEDULE_NAMES.get(name, name)
+        steps = _get(args, "scheduler.lr_decay_steps")
+        stage["lr_decay_epochs"] = list(steps) if schedule == "step" and steps else []
+    stage["loss"] = STAGE_LOSS
+    return stage
 
 
 def _from_metrics(metrics: dict[str, Any], prefix: str, origin: str) -> Eval | None:
@@ -202,20 +255,22 @@ def _from_metrics(metrics: dict[str, Any], prefix: str, origin: str) -> Eval | N
     if acc1 is None:
         return None
     groups = {g: _float(metrics.get(f"{prefix}acc1_{g}")) for g in GROUPS}
+    acc5 = _float(metrics.get(f"{prefix}acc5"))
     if prefix == "head_":
-        return Eval(acc1, groups, "head", origin, "the head trained with the loss")
+        return Eval(acc1, groups, "head", origin, "the head trained with the loss", acc5=acc5)
     if prefix == "linear_":
         parts = [f"{metrics['linear_epochs']} ep" if "linear_epochs" in metrics else ""]
         parts.append(str(metrics.get("linear_sampler") or ""))
+        note, stage, kind = ", ".join(filter(None, parts)), _metrics_stage(metrics), "linear"
     else:
-        parts = [f"k={metrics['knn_k']}" if "knn_k" in metrics else ""]
-    stage = _stage(metrics, "linear_") if prefix == "linear_" else {}
-    return Eval(acc1, groups, "offline", origin, ", ".join(filter(None, parts)), stage)
+        note, stage, kind = (f"k={metrics['knn_k']}" if "knn_k" in metrics else ""), {}, "knn"
+    return Eval(acc1, groups, kind, origin, note, stage, acc5)
 
 
 def _from_row(row: dict[str, str], prefix: str, kind: str, origin: str, note: str = "") -> Eval:
     groups = {g: _float(row.get(f"{prefix}_{g}")) for g in GROUPS}
-    return Eval(_float(row.get(prefix)), groups, kind, origin, note)
+    acc5 = _float(row.get(prefix.replace("acc1", "acc5")))
+    return Eval(_float(row.get(prefix)), groups, kind, origin, note, acc5=acc5)
 
 
 def read_run(run_dir: Path, args: dict[str, Any], search: list[Path]) -> Run:
@@ -234,20 +289,17 @@ def read_run(run_dir: Path, args: dict[str, Any], search: list[Path]) -> Run:
         if not isinstance(metrics, dict):
             raise ValueError("metrics.json holds no metrics")
     origin = shown(metrics_path)
-    linear = _from_metrics(metrics, "linear_", origin)
-    knn = _from_metrics(metrics, "knn_", origin)
-    head = _from_metrics(metrics, "head_", origin)
+    evals = {}
+    for prefix in ("linear_", "head_", "knn_"):
+        found = _from_metrics(metrics, prefix, origin)
+        if found is not None:
+            evals[found.kind] = found
     log = csv_logs(run_dir, args, search)
-    row = _last_val_row(log, ("val_acc1", "val_knn_acc1")) if log is not None else None
-    if row is not None:
-        if head is None and _float(row.get("val_head_acc1")) is not None:
-            head = _from_row(row, "val_head_acc1", "head", shown(log))
-        if linear is None and _float(row.get("val_acc1")) is not None:
-            linear = _from_row(row, "val_acc1", "online", shown(log))
-        if knn is None and _float(row.get("val_knn_acc1")) is not None:
-            knn = _from_row(row, "val_knn_acc1", "online", shown(log))
-    if head is not None:  # a one-stage method: its head is its reported classifier
-        linear = head
+    keys = ("val_acc1", "val_knn_acc1", "val_head_acc1")
+    row = _last_val_row(log, keys) if log is not None else None
+    for key, kind in zip(keys, ("online", "online_knn", "head")):
+        if row is not None and kind not in evals and _float(row.get(key)) is not None:
+            evals[kind] = _from_row(row, key, kind, shown(log))
     try:
         processes: int | None = world_size(args)
     except (ConfigError, TypeError, ValueError):
@@ -266,8 +318,7 @@ def read_run(run_dir: Path, args: dict[str, Any], search: list[Path]) -> Run:
         processes=processes,
         method_kwargs=kwargs if isinstance(kwargs, dict) else {},
         args=args,
-        linear=linear,
-        knn=knn,
+        evals={k: evals[k] for k in EVALUATIONS if k in evals},
         environment=env if isinstance(env := args.get("environment"), dict) else None,
     )
 
@@ -286,8 +337,8 @@ def linear_eval(run_dir: Path, args: dict[str, Any], search: list[Path]) -> Eval
     epochs = args.get("max_epochs")
     sampler = _get(args, "data.sampler.name") or "shuffle"
     note = ", ".join(filter(None, [f"{epochs} ep" if epochs else "", str(sampler)]))
-    found = _from_row(row, "val_acc1", "offline", shown(run_dir), note)
-    found.stage = _stage(args)
+    found = _from_row(row, "val_acc1", "linear", shown(run_dir), note)
+    found.stage = _args_stage(args)
     return found
 
 
@@ -350,7 +401,7 @@ def find_runs(paths: list[Path], search: list[Path]) -> Found:
     attach_linear_runs(found, [*search, *paths])
     kept = []
     for run in found.runs:
-        if run.linear is None and run.knn is None:
+        if not run.evals:
             found.skipped.append(
                 (run.path, "no result (no metrics.json, no validation row in a CSV log)")
             )
@@ -383,7 +434,8 @@ def nearby_linear_runs(runs: list[Run], seen: set[Path]) -> list[tuple[Path, dic
 
 def attach_linear_runs(found: Found, search: list[Path]) -> None:
     """Gives each pretraining run the newest ``main_linear.py`` result of its checkpoints
-    (unless ``metrics.json`` has one); a linear run that cannot be attached is skipped."""
+    (unless ``metrics.json`` has a linear one); a linear run that cannot be attached is
+    skipped."""
     newest: dict[int, tuple[float, Path, Eval]] = {}
     for linear_dir, args in found.linear_runs:
         run = owner_of(linear_dir, args, found.runs)
@@ -410,5 +462,6 @@ def attach_linear_runs(found: Found, search: list[Path]) -> None:
         newest[id(run)] = (stamp, linear_dir, result)
     for run in found.runs:
         entry = newest.get(id(run))
-        if entry is not None and (run.linear is None or run.linear.kind == "online"):
-            run.linear = entry[2]
+        if entry is not None and "linear" not in run.evals:
+            evals = {**run.evals, "linear": entry[2]}
+            run.evals = {k: evals[k] for k in EVALUATIONS if k in evals}

@@ -18,9 +18,12 @@ from solo_ext.leaderboard.published import (
     counterpart,
     protocol_defaults,
     protocol_differences,
+    published_stage,
+    same_imbalance,
     stage_differences,
 )
-from solo_ext.leaderboard.runs import GROUPS, Run, shown
+from solo_ext.leaderboard.recipe import recipe_differences
+from solo_ext.leaderboard.runs import EVALUATIONS, GROUPS, METRICS, Run, shown
 
 PUBLISHED, MEASURED = "published", "measured"
 MISSING = "—"
@@ -39,13 +42,13 @@ class Row:
     epochs: int | None
     batch: int | None
     protocol: str
-    linear_acc1: float | None
-    linear_eval: str
-    knn_acc1: float | None
-    knn_eval: str
-    groups_of: str  # the evaluation Many / Medium / Few are from: "linear", "knn" or ""
-    groups: dict[str, float | None]
+    # "<evaluation>_<metric>" (runs.EVALUATIONS x runs.METRICS) -> the number; absent: none
+    values: dict[str, float | None]
     source: str
+    # a published number whose source does not say whether it is the online or the offline
+    # classifier's (in the linear columns, marked)
+    unsaid: bool = False
+    imbalance_factor: float | None = None
     compared_with: str = ""
     differences: list[str] = field(default_factory=list)
     environment: str = ""  # a measured run's: host, torch, device, precision, processes
@@ -68,19 +71,26 @@ class Row:
         """A measured row whose protocol, epochs or backbone differ from the published."""
         return bool(self.differences)
 
-    @property
-    def overall(self) -> float | None:
-        """The top-1 its groups belong to: linear, else kNN."""
-        return self.knn_acc1 if self.groups_of == "knn" else self.linear_acc1
+    def value(self, evaluation: str, metric: str = "acc1") -> float | None:
+        return self.values.get(f"{evaluation}_{metric}")
 
     @property
-    def overall_key(self) -> str:
-        return "knn_acc1" if self.groups_of == "knn" else "linear_acc1"
+    def evaluations(self) -> list[str]:
+        """The evaluations the row has a number of, in column order."""
+        return [e for e in EVALUATIONS if any(self.value(e, m) is not None for m in METRICS)]
+
+
+# a published row's ``linear_eval`` -> the evaluation columns its numbers go in
+EVALUATION_OF = {"offline": "linear", "online": "online", "head": "head", "": "linear"}
 
 
 def published_row(p: Published) -> Row:
-    groups = {"many": p.many, "medium": p.medium, "few": p.few}
-    has_groups = any(v is not None for v in groups.values())
+    evaluation = EVALUATION_OF[p.linear_eval]
+    values = {f"{evaluation}_acc1": p.linear_acc1, f"{evaluation}_acc5": p.acc5}
+    values["knn_acc1"] = p.knn_acc1
+    # Many / Medium / Few belong to the top-1 given (the classifier's, else the kNN's)
+    groups_of = evaluation if p.linear_acc1 is not None else "knn"
+    values.update({f"{groups_of}_{g}": getattr(p, g) for g in GROUPS})
     return Row(
         kind=PUBLISHED,
         dataset=p.dataset,
@@ -90,39 +100,49 @@ def published_row(p: Published) -> Row:
         epochs=p.epochs,
         batch=p.batch,
         protocol=p.protocol,
-        linear_acc1=p.linear_acc1,
-        linear_eval=p.linear_eval,
-        knn_acc1=p.knn_acc1,
-        knn_eval="",
-        groups_of=("linear" if p.linear_acc1 is not None else "knn") if has_groups else "",
-        groups=groups,
+        values={k: v for k, v in values.items() if v is not None},
         source=p.source,
+        unsaid=p.linear_eval == "" and p.linear_acc1 is not None,
+        imbalance_factor=p.imbalance_factor,
     )
+
+
+def imbalance_of(run: Run) -> float | None:
+    """A run's imbalance factor: its long-tailed profile's (``data.imbalance_factor``), else
+    its training counts' largest over smallest; None for a dataset of published split files
+    (their lists fix it: one benchmark) and where nothing says."""
+    data = run.args.get("data") or {}
+    if facts(run.dataset).source == "split_files":
+        return None
+    factor = data.get("imbalance_factor")
+    if isinstance(factor, (int, float)) and not isinstance(factor, bool):
+        return float(factor)
+    counts = data.get("train_class_counts")
+    if isinstance(counts, list) and counts and all(isinstance(c, int) and c > 0 for c in counts):
+        return max(counts) / min(counts)
+    return None
 
 
 def measured_row(run: Run, published: list[Published]) -> Row:
     """A run's row, compared with its published counterpart (if the data file has one)."""
     diffs = protocol_differences(run.method, run.method_kwargs, run.processes)
     diffs += augmentation_differences(run.method, run.args.get("augmentations"))
-    linear, knn = run.linear, run.knn
-    if linear is not None and linear.kind == "offline":
-        diffs += stage_differences(run.dataset, linear.stage)
-    if linear is not None and any(v is not None for v in linear.groups.values()):
-        groups_of, groups = "linear", linear.groups
-    elif knn is not None and any(v is not None for v in knn.groups.values()):
-        groups_of, groups = "knn", knn.groups
-    else:
-        groups_of, groups = "", dict.fromkeys(GROUPS)
     ref = counterpart(
         published,
         run.dataset,
         run.method,
         run.method_kwargs,
         run.backbone,
-        linear.kind if linear else "",
+        tuple(run.evals),
         run.epochs,
+        imbalance_of(run),
     )
-    differences = list(diffs)
+    differences = list(diffs)  # (the protocol column: the named options)
+    linear = run.evals.get("linear")
+    if linear is not None:
+        reference = ref.stage if ref is not None and ref.stage else published_stage(run.dataset)
+        differences += stage_differences(reference, linear.stage)
+    differences += recipe_differences(run)
     if ref is not None and None not in (ref.epochs, run.epochs) and ref.epochs != run.epochs:
         differences.append(f"epochs {run.epochs} (published {ref.epochs})")
     if (
@@ -131,8 +151,9 @@ def measured_row(run: Run, published: list[Published]) -> Row:
         and ref.backbone != run.backbone
     ):
         differences.append(f"backbone {run.backbone} (published {ref.backbone})")
-    evals = [f"{name}: {e.kind}, {e.origin}" + (f" ({e.note})" if e.note else "")
-             for name, e in (("linear", linear), ("kNN", knn)) if e is not None]  # fmt: skip
+    evals = [f"{EVALUATIONS[k]}: {e.origin}" + (f" ({e.note})" if e.note else "")
+             for k, e in run.evals.items()]  # fmt: skip
+    values = {f"{k}_{m}": e.value(m) for k, e in run.evals.items() for m in METRICS}
     has_protocol = bool(protocol_defaults(run.method))
     return Row(
         kind=MEASURED,
@@ -147,13 +168,9 @@ def measured_row(run: Run, published: list[Published]) -> Row:
         epochs=run.epochs,
         batch=run.batch,
         protocol=", ".join(diffs) if diffs else ("as published" if has_protocol else ""),
-        linear_acc1=linear.acc1 if linear else None,
-        linear_eval=linear.kind if linear else "",
-        knn_acc1=knn.acc1 if knn else None,
-        knn_eval=knn.kind if knn else "",
-        groups_of=groups_of,
-        groups=groups,
+        values={k: v for k, v in values.items() if v is not None},
         source=f"{shown(run.path)}; " + "; ".join(evals),
+        imbalance_factor=imbalance_of(run),
         compared_with=ref.label if ref is not None else "",
         differences=differences,
         environment=summary(run.environment) or "not recorded",
@@ -175,28 +192,19 @@ def _setting(run: Run) -> str:
     return json.dumps(args, sort_keys=True, default=str)
 
 
-NUMBERS = ("linear_acc1", "knn_acc1", *GROUPS)
-
-
-def _value(row: Row, key: str) -> float | None:
-    return row.groups[key] if key in GROUPS else getattr(row, key)
-
-
 def _mean_row(rows: list[Row]) -> Row:
     """One row of runs that differ in nothing but the seed: each number's mean over the runs
     that have it, and its sample standard deviation (None below two values)."""
     first = rows[0]
     means, spread = {}, {}
-    for key in NUMBERS:
-        values = [v for v in (_value(r, key) for r in rows) if v is not None]
-        means[key] = statistics.fmean(values) if values else None
+    for key in sorted({k for r in rows for k in r.values}):
+        values = [r.values[key] for r in rows if r.values.get(key) is not None]
+        means[key] = statistics.fmean(values)
         spread[key] = statistics.stdev(values) if len(values) > 1 else None
     return replace(
         first,
         label=f"{first.method} {first.names[0]}".strip(),
-        linear_acc1=means["linear_acc1"],
-        knn_acc1=means["knn_acc1"],
-        groups={g: means[g] for g in GROUPS},
+        values=means,
         spread=spread,
         runs=[name for r in rows for name in r.runs],
         seeds=[seed for r in rows for seed in r.seeds],
@@ -226,14 +234,18 @@ def group_sizes(run: Run) -> dict[str, int] | None:
 
 def table_of(run: Run, thresholds_named: bool = False) -> str:
     """The table a run goes into: its dataset, an image folder's (``custom``, whose classes the
-    folder decides) with its path; with
-    ``thresholds_named`` (the runs of that dataset use several shot thresholds, whose numbers
-    are not comparable) also its thresholds."""
+    folder decides) with its path, a long-tailed profile at another imbalance factor than the
+    dataset's default with it (a benchmark of its own); with ``thresholds_named`` (the runs of
+    that dataset use several shot thresholds, whose numbers are not comparable) also its
+    thresholds."""
     name = run.dataset
     train_path = (run.args.get("data") or {}).get("train_path")
     fact = facts(run.dataset)
     if fact.source == "image_folder" and fact.classes is None and train_path:  # (the folder's)
         name += f" {train_path}"
+    factor = imbalance_of(run)
+    if fact.default_imbalance is not None and not same_imbalance(fact.default_imbalance, factor):
+        name += f" (imbalance {factor:g})"
     if thresholds_named:
         many, few = _thresholds(run)
         name += f" (many > {many}, few < {few})"
@@ -243,26 +255,29 @@ def table_of(run: Run, thresholds_named: bool = False) -> str:
 def build_tables(
     runs: list[Run], published: list[Published], per_run: bool = False
 ) -> dict[str, list[Row]]:
-    """Dataset -> its rows: the published rows of the dataset (file order), then the measured
-    ones (by method, then directory); only datasets with a measured run. The runs of one
-    setting (:func:`_setting`) and one evaluation make one row, their mean and spread, unless
-    ``per_run``."""
+    """Table -> its rows: the published rows of the dataset at the runs' imbalance factor (file
+    order), then the measured ones (by method, then directory); only tables with a measured
+    run. The runs of one setting (:func:`_setting`) and the same evaluations make one row, their
+    mean and spread, unless ``per_run``."""
     thresholds: dict[str, set] = {}
     for run in runs:
         thresholds.setdefault(table_of(run), set()).add(_thresholds(run))
     groups: dict[tuple, list[Row]] = {}
+    factors: dict[str, float | None] = {}
     for run in sorted(runs, key=lambda r: (r.dataset, r.method, str(r.path))):
         row = measured_row(run, published)
-        evaluation = (row.linear_eval, row.knn_eval, row.groups_of, row.environment,
-                      tuple(e.note for e in (run.linear, run.knn) if e is not None))  # fmt: skip
+        evaluation = (row.environment, *((k, e.note, json.dumps(e.stage, sort_keys=True))
+                                         for k, e in run.evals.items()))  # fmt: skip
         table = table_of(run, thresholds_named=len(thresholds[table_of(run)]) > 1)
+        factors[table] = imbalance_of(run)
         key = (table, str(run.path) if per_run else _setting(run), evaluation)
         groups.setdefault(key, []).append(row)
     tables: dict[str, list[Row]] = {}
     for (table, _, _), rows in groups.items():
         if table not in tables:
             dataset = rows[0].dataset
-            tables[table] = [published_row(p) for p in published if p.dataset == dataset]
+            tables[table] = [published_row(p) for p in published if p.dataset == dataset
+                             and same_imbalance(p.imbalance_factor, factors[table])]  # fmt: skip
         tables[table].append(rows[0] if len(rows) == 1 else _mean_row(rows))
     return dict(sorted(tables.items()))
 
@@ -271,18 +286,27 @@ def _num(value: float | None) -> str:
     return MISSING if value is None else f"{value:.2f}"
 
 
-def _acc(value: float | None, kind: str, sd: float | None = None) -> str:
-    shown = {"online": " (online)", "head": " (head)"}
+def _acc(value: float | None, sd: float | None = None, unsaid: bool = False) -> str:
     spread = f" ± {sd:.2f}" if sd is not None and value is not None else ""
-    return _num(value) + spread + (shown.get(kind, "") if value is not None else "")
+    return _num(value) + spread + (" (?)" if unsaid and value is not None else "")
 
 
-def _groups_of(row: Row) -> str:
-    """The evaluation the Many / Medium / Few are from, with the classes in each group."""
-    text = {"knn": "kNN", "": MISSING}.get(row.groups_of, row.groups_of)
-    if row.groups_of and row.group_sizes:
-        text += " (" + " / ".join(str(row.group_sizes[g]) for g in GROUPS) + " classes)"
-    return text
+METRIC_TITLES = {"acc1": "top-1", "acc5": "top-5", "many": "many", "medium": "medium",
+                 "few": "few"}  # fmt: skip
+
+
+def columns(rows: list[Row]) -> list[tuple[str, str]]:
+    """The (evaluation, metric) columns a table shows: those with a number in one of its rows,
+    evaluation by evaluation (:data:`EVALUATIONS`' order)."""
+    return [(e, m) for e in EVALUATIONS for m in METRICS
+            if any(r.value(e, m) is not None for r in rows)]  # fmt: skip
+
+
+def _classes(row: Row) -> str:
+    """The classes in each shot group of a measured row (many / medium / few)."""
+    if not row.group_sizes:
+        return MISSING
+    return " / ".join(str(row.group_sizes[g]) for g in GROUPS)
 
 
 def _runs(row: Row) -> str:
@@ -298,16 +322,20 @@ def _cell(value: object) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
-HEADER = (
-    "", "method", "name", "runs", "backbone", "epochs", "batch", "protocol", "linear top-1",
-    "kNN top-1",
-    "many", "medium", "few", "groups of", "≠ published", "compared with", "environment", "source",
-)  # fmt: skip
+HEAD = ("", "method", "name", "runs", "backbone", "epochs", "batch", "protocol")
+TAIL = ("≠ published", "compared with", "environment", "source")
+CLASSES = "classes (many / medium / few)"
 
 
 def markdown(dataset: str, rows: list[Row]) -> str:
-    """The dataset's table in markdown, with a legend."""
-    lines = [f"## {dataset}", "", "| " + " | ".join(HEADER) + " |", "|---" * len(HEADER) + "|"]
+    """The dataset's table in markdown, with a legend: one column group per evaluation that a
+    row has (top-1, then top-5 and Many / Medium / Few where one is given)."""
+    shown_columns = columns(rows)
+    with_groups = any(m in GROUPS for _, m in shown_columns)
+    header = [*HEAD, *(f"{EVALUATIONS[e]} {METRIC_TITLES[m]}" for e, m in shown_columns)]
+    header += [CLASSES] if with_groups else []
+    header += TAIL
+    lines = [f"## {dataset}", "", "| " + " | ".join(header) + " |", "|---" * len(header) + "|"]
     for row in rows:
         measured = row.kind == MEASURED
         flag = f"{FLAG} " + "; ".join(row.differences) if row.flagged else ""
@@ -320,28 +348,33 @@ def markdown(dataset: str, rows: list[Row]) -> str:
             row.epochs,
             row.batch,
             row.protocol or MISSING,
-            _acc(row.linear_acc1, row.linear_eval, row.spread.get("linear_acc1")),
-            _acc(row.knn_acc1, row.knn_eval, row.spread.get("knn_acc1")),
-            *(_acc(row.groups[g], "", row.spread.get(g)) for g in GROUPS),
-            _groups_of(row),
-            flag,
-            (row.compared_with or MISSING) if measured else "",
-            row.environment,
-            row.source,
         ]
+        cells += [
+            _acc(row.value(e, m), row.spread.get(f"{e}_{m}"), row.unsaid and e == "linear")
+            for e, m in shown_columns
+        ]
+        cells += [_classes(row) if measured else ""] if with_groups else []
+        cells += [flag, (row.compared_with or MISSING) if measured else "", row.environment,
+                  row.source]  # fmt: skip
         lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
     lines += [
         "",
         "Published rows are the numbers as their source gives them (source column; `—`: not "
         "given there); measured rows are read from each run's `metrics.json` and CSV logs. "
-        "Runs that differ in nothing but the seed (the same config, evaluation and environment) "
+        "Runs that differ in nothing but the seed (the same config, evaluations and environment) "
         "make one row: each number is their mean ± the sample standard deviation over the runs "
         "(`runs`: n and the seeds; `--per-run` lists them one by one). "
-        "Top-1 and Many / Medium / Few in %; `(online)`: measured during pretraining; `(head)`: "
-        "the classifier trained jointly with the loss of a one-stage method (PaCo, GPaCo, BCL), "
-        f"which is what their papers report, in place of a linear classifier. {FLAG}: "
-        "the run sets protocol options to other than the published protocol (its method's "
-        "defaults), or its epochs or backbone differ from the published row it is compared with. "
+        "Accuracy in %, one column group per evaluation: `linear`, the offline classifier stage "
+        "on the frozen backbone (`solo-ext-linear`, `main_linear.py`); `head`, the classifier "
+        "trained jointly with the loss of a one-stage method (PaCo, GPaCo, BCL), what their "
+        "papers report; `online linear` and `online kNN`, measured during pretraining; `kNN`, "
+        "the offline kNN of the final backbone. `(?)`: the source does not say whether the "
+        "number is the online or the offline classifier's. Many / Medium / Few belong to the "
+        "evaluation they stand under; classes: the classes in each group of the run's training "
+        f"counts. {FLAG}: the run differs from the published protocol (its method's protocol "
+        "options, its classifier stage against the published row's or the long-tail stage, "
+        "a pretraining key against the shipped recipe), or its epochs or backbone differ from "
+        "the published row it is compared with. "
         "Environment: where a measured run's numbers come from (its `args.json`); a per-seed "
         "number reproduces exactly only in the same environment (the same kind of CPU or GPU "
         "and the same library versions), elsewhere as a mean and spread over seeds.",
@@ -351,21 +384,22 @@ def markdown(dataset: str, rows: list[Row]) -> str:
 
 CSV_COLUMNS = (
     "kind", "dataset", "method", "label", "names", "n", "seeds", "runs", "backbone", "epochs",
-    "batch", "protocol", "linear_acc1", "linear_acc1_sd", "linear_eval", "knn_acc1", "knn_acc1_sd",
-    "knn_eval", "many", "many_sd", "medium", "medium_sd", "few", "few_sd", "groups_of",
-    "many_classes", "medium_classes", "few_classes", "flagged", "differences", "compared_with",
-    "environment", "source",
+    "batch", "imbalance_factor", "protocol",
+    *(f"{e}_{m}{sd}" for e in EVALUATIONS for m in METRICS for sd in ("", "_sd")),
+    "unsaid", "many_classes", "medium_classes", "few_classes", "flagged", "differences",
+    "compared_with", "environment", "source",
 )  # fmt: skip
 
 
 def csv_text(rows: list[Row]) -> str:
-    """The rows as CSV (numbers as read, unrounded; empty: not given)."""
+    """The rows as CSV, every evaluation's columns (numbers as read, unrounded; empty: not
+    given)."""
     out = io.StringIO()
     writer = csv.DictWriter(out, CSV_COLUMNS, lineterminator="\n")
     writer.writeheader()
     for row in rows:
         values = {k: getattr(row, k) for k in CSV_COLUMNS if hasattr(row, k)}
-        values.update(row.groups)
+        values.update(row.values)
         values.update({f"{k}_sd": v for k, v in row.spread.items()})
         for key in ("names", "seeds", "runs"):
             values[key] = " ".join(str(v) for v in getattr(row, key))
@@ -373,6 +407,7 @@ def csv_text(rows: list[Row]) -> str:
         for g in GROUPS:
             values[f"{g}_classes"] = (row.group_sizes or {}).get(g)
         values["flagged"] = str(row.flagged).lower()
+        values["unsaid"] = str(row.unsaid).lower()
         values["differences"] = "; ".join(row.differences)
         writer.writerow({k: "" if v is None else v for k, v in values.items()})
     return out.getvalue()
