@@ -11,8 +11,9 @@ names:
   and value, before anything is built or written), then runs solo-learn's own, then checks a
   solo-ext method's ``method_kwargs`` (solo-learn would only when building the model), then
   adds the long-tailed training counts (``data.train_class_counts``) and the ResNet stem of
-  32 px datasets (``backbone.kwargs.small_image_stem``). The dataset lists solo-learn asserts
-  on learn the long-tailed names.
+  32 px datasets (``backbone.kwargs.small_image_stem``), and scales a generated dataset's
+  online-classifier lr by the batch (solo-learn does only when ``data.val_path`` is given). The
+  dataset lists solo-learn asserts on learn the long-tailed names.
 - ``solo.args.dataset`` / ``solo.args.knn``: ``main_knn.py --dataset`` takes them too; their
   keys (imbalance factor, split files, ...) come from the run's ``args.json``.
 - ``solo.data.pretrain_dataloader`` and ``solo.data.classification_dataloader``: the dataset
@@ -226,6 +227,23 @@ def _solo_learn_crops(cfg: Any) -> None:
         cfg.data.num_large_crops, cfg.data.num_small_crops = crops
 
 
+def _scale_classifier_lr(cfg: Any) -> None:
+    """solo-learn scales the online classifier's lr by the batch only when ``data.val_path`` is
+    given (without one it validates nothing); a generated dataset validates without one, so its
+    classifier lr, given per 256 images as every lr, is scaled here by solo-learn's own factor,
+    as ``solo-ext-pretrain`` scales it."""
+    from omegaconf import OmegaConf
+
+    from solo_ext.data.facts import facts
+
+    if cfg.data.get("val_path") is not None or facts(cfg.data.dataset).source != "generated":
+        return
+    lr = OmegaConf.select(cfg, "optimizer.classifier_lr", default=None)
+    if lr is not None:
+        scale = cfg.optimizer.batch_size * len(cfg.devices) * cfg.num_nodes / 256
+        cfg.optimizer.classifier_lr = lr * scale
+
+
 def _wrap_parse_cfg(module: ModuleType) -> None:
     original = module.parse_cfg
     for name in SOLO_EXT_ONLY:
@@ -261,6 +279,7 @@ def _wrap_parse_cfg(module: ModuleType) -> None:
         if module.__name__.endswith("pretrain"):
             _check_method_kwargs(cfg)
             _solo_learn_crops(cfg)
+            _scale_classifier_lr(cfg)
         fill_stem_option(cfg)
         RUN = Run(cfg.data, sampler, cfg)
         if OmegaConf.select(cfg, "data.sampler") is not None:

@@ -577,6 +577,7 @@ def test_a_balanced_linear_evaluation_is_held_to_solo_learns_linear_config(tmp_p
               and p.label == row.compared_with and p.linear_eval == "offline"]  # fmt: skip
     assert ref.stage["lr"] == "3" and ref.stage["lr_decay_epochs"] == "60 80"
     assert row.differences == ["linear lr=0.3 (published 3)"]
+    assert row.compared == (ref.label, "offline")  # (the plot draws that row, not the online)
     md = (out / "imagenet100.md").read_text()
     assert "| linear top-1 | linear top-5 |" in md
     cifar = [p for p in load_published() if p.dataset == "cifar100" and p.linear_eval == ""]

@@ -778,6 +778,10 @@ def test_the_leaderboard_reads_a_main_pretrain_run(pretrained, tmp_path):
     # flagged against it, nothing else
     saved = json.loads((pretrained / "args.json").read_text())
     assert saved["environment"]["config"]["recipe"] == "pretrain/synthetic-lt/dscl"
+    # both lrs scaled by the batch (the recipe gives 0.4 and 0.4 per 256 images), although
+    # synthetic_lt validates without a data.val_path
+    for key in ("lr", "classifier_lr"):
+        assert saved["optimizer"][key] == pytest.approx(0.4 * 8 / 256, rel=1e-12), key
     recipe = "(pretrain/synthetic-lt/dscl: "
     flagged = [d for d in row["differences"].split("; ") if recipe in d]
     assert sorted(d.split("=")[0] for d in flagged) == [

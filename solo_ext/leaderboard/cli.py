@@ -126,8 +126,8 @@ def write(runs: list, published: list, out: Path, per_run: bool = False) -> dict
         atomic_write_text(out / f"{name}.md", text)
         atomic_write_text(out / f"{name}.csv", csv_text(rows))
         # the plot: the measured rows and the published rows they are compared with
-        compared = {r.compared_with for r in rows if r.kind == MEASURED}
-        plotted = [r for r in rows if r.kind == MEASURED or r.label in compared]
+        compared = {r.compared for r in rows if r.kind == MEASURED}
+        plotted = [r for r in rows if r.kind == MEASURED or (r.label, r.linear_eval) in compared]
         plot(dataset, plotted, out / f"{name}.png")
         print(text)
     print(f"wrote {len(tables)} table(s) ({', '.join(tables)}) to {out}/: .md, .csv and .png")

@@ -5,12 +5,11 @@ The recipe is the one the run's record names (``args.json``'s ``environment.conf
 written by both doors when the config is one of solo-ext's ``scripts/pretrain/``), else the one
 shipped recipe of the run's method and dataset (GPaCo's and PaCo's apart). It is composed by
 Hydra as the doors compose it. Compared: every key the recipe sets, with the lr and the
-classifier lr per 256 images (both doors scale them by the total batch; solo-learn the
-classifier's only when the data has a ``val_path``, so without one it is not compared), the
-total batch in place of the per-process batch, and the sampler whether the recipe sets one or
-not. Left out: what is bookkeeping or a column of the table already (paths, workers,
-checkpoints, logging, seed, devices, the dataset, epochs, backbone), the protocol options
-(flagged on their own) and the augmentations (their protocol keys are flagged on their own).
+classifier lr per 256 images (both doors scale them by the total batch), the total batch in
+place of the per-process batch, and the sampler whether the recipe sets one or not. Left out:
+what is bookkeeping or a column of the table already (paths, workers, checkpoints, logging,
+seed, devices, the dataset, epochs, backbone), the protocol options (flagged on their own) and
+the augmentations (their protocol keys are flagged on their own).
 """
 
 from __future__ import annotations
@@ -182,9 +181,7 @@ def recipe_differences(run: Run) -> list[str]:
     batch, want_batch = _total_batch(args), _total_batch(cfg)
     if None not in (batch, want_batch) and batch != want_batch:
         differs("total batch", batch, want_batch)
-    # (solo-learn scales the online classifier's lr only when the data has a val_path)
-    scaled = PER_256 if (args.get("data") or {}).get("val_path") else PER_256[:1]
-    for key in scaled:
+    for key in PER_256:
         has, value = _get(args, key)
         wants, want = _get(cfg, key)
         if has and wants and batch and _number(value) is not None and _number(want) is not None:

@@ -49,7 +49,11 @@ class Row:
     # classifier's (in the linear columns, marked)
     unsaid: bool = False
     imbalance_factor: float | None = None
+    linear_eval: str = ""  # a published row's (published.LINEAR_EVALS)
     compared_with: str = ""
+    # a measured row's published counterpart: its label and linear_eval (a label alone may
+    # stand for an online and an offline row)
+    compared: tuple[str, str] | None = None
     differences: list[str] = field(default_factory=list)
     environment: str = ""  # a measured run's: host, torch, device, precision, processes
     # a measured row's runs (directory names), their seeds and names; several: the mean of
@@ -104,6 +108,7 @@ def published_row(p: Published) -> Row:
         source=p.source,
         unsaid=p.linear_eval == "" and p.linear_acc1 is not None,
         imbalance_factor=p.imbalance_factor,
+        linear_eval=p.linear_eval,
     )
 
 
@@ -172,6 +177,7 @@ def measured_row(run: Run, published: list[Published]) -> Row:
         source=f"{shown(run.path)}; " + "; ".join(evals),
         imbalance_factor=imbalance_of(run),
         compared_with=ref.label if ref is not None else "",
+        compared=(ref.label, ref.linear_eval) if ref is not None else None,
         differences=differences,
         environment=summary(run.environment) or "not recorded",
     )
