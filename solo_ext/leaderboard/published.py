@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -244,15 +245,30 @@ def stage_text(value: Any) -> str:
 SHUFFLING = ("shuffle", "instance")
 
 
+def as_number(value: Any) -> float | None:
+    """A number given as a number or as text; None for anything else (booleans included)."""
+    if isinstance(value, bool):
+        return None
+    try:
+        return float(value)  # (YAML and the published file give numbers as text too: 5e-4)
+    except (TypeError, ValueError):
+        return None
+
+
+def same(a: Any, b: Any) -> bool:
+    """Two config values that are the same: numbers to 6 significant digits (an lr scaled by
+    the batch), lists item by item, the rest as written."""
+    x, y = as_number(a), as_number(b)
+    if x is not None and y is not None:
+        return math.isclose(x, y, rel_tol=1e-6, abs_tol=1e-12)
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(same(p, q) for p, q in zip(a, b))
+    return show_value(a) == show_value(b)
+
+
 def _same_stage_value(measured: Any, published: str) -> bool:
     text = stage_text(measured)
-    if text in SHUFFLING and published in SHUFFLING:
-        return True
-    try:  # numbers to 6 significant digits (an lr scaled by the batch)
-        a, b = float(text), float(published)
-    except ValueError:
-        return text == published
-    return abs(a - b) <= 1e-6 * max(abs(a), abs(b))
+    return (text in SHUFFLING and published in SHUFFLING) or same(text, published)
 
 
 def stage_differences(reference: dict[str, str], stage: dict[str, Any]) -> list[str]:

@@ -15,16 +15,14 @@ the augmentations (their protocol keys are flagged on their own).
 from __future__ import annotations
 
 import functools
-import math
 from pathlib import Path
 from typing import Any
 
-from solo_ext.config import ConfigError, world_size
-from solo_ext.leaderboard.published import PROTOCOL_OPTIONS, show_value
-from solo_ext.leaderboard.runs import Run
+from solo_ext.leaderboard.published import PROTOCOL_OPTIONS, SHUFFLING, as_number, same, show_value
+from solo_ext.leaderboard.runs import Run, total_batch
 
 # top-level sections and keys that are not the protocol, or are columns of the table
-NOT_COMPARED = (
+LEFT_OUT = (
     "defaults", "hydra", "name", "seed", "checkpoint", "auto_resume", "wandb", "dali",
     "performance", "resume_from_checkpoint", "debug_augmentations", "devices", "num_nodes",
     "accelerator", "strategy", "knn_eval", "max_epochs", "backbone.name", "augmentations",
@@ -34,8 +32,8 @@ NOT_COMPARED = (
 )  # fmt: skip
 # per 256 images: the recipes give them so, both doors scale them by the total batch
 PER_256 = ("optimizer.lr", "optimizer.classifier_lr")
-# a sampler that draws as plain shuffling does (no sampler given: each image once an epoch)
-PLAIN_SAMPLERS = (None, "instance")
+# no sampler given (each image once an epoch) or one that draws so
+PLAIN_SAMPLERS = (None, *SHUFFLING)
 
 
 def _scripts() -> Path | None:
@@ -114,7 +112,7 @@ def _leaves(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     out = {}
     for key, value in tree.items():
         dotted = f"{prefix}{key}"
-        if dotted in NOT_COMPARED:
+        if dotted in LEFT_OUT:
             continue
         if isinstance(value, dict) and value:
             out.update(_leaves(value, f"{dotted}."))
@@ -129,35 +127,6 @@ def _get(tree: Any, dotted: str) -> tuple[bool, Any]:
             return False, None
         tree = tree[key]
     return True, tree
-
-
-def _number(value: Any) -> float | None:
-    if isinstance(value, bool):
-        return None
-    try:
-        return float(value)  # (YAML reads 5e-4 as text)
-    except (TypeError, ValueError):
-        return None
-
-
-def same(a: Any, b: Any) -> bool:
-    """Two config values that are the same: numbers to 6 significant digits, lists item by
-    item, the rest as written."""
-    x, y = _number(a), _number(b)
-    if x is not None and y is not None:
-        return math.isclose(x, y, rel_tol=1e-6, abs_tol=1e-12)
-    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
-        return len(a) == len(b) and all(same(p, q) for p, q in zip(a, b))
-    return show_value(a) == show_value(b)
-
-
-def _total_batch(cfg: dict[str, Any]) -> int | None:
-    batch = (cfg.get("optimizer") or {}).get("batch_size")
-    try:
-        processes = world_size(cfg)
-    except (ConfigError, TypeError, ValueError):
-        return None
-    return batch * processes if isinstance(batch, int) and processes else None
 
 
 def _sampler_name(cfg: dict[str, Any]) -> Any:
@@ -178,14 +147,14 @@ def recipe_differences(run: Run) -> list[str]:
     def differs(key: str, value: Any, want: Any) -> None:
         out.append(f"{key}={show_value(value)} ({recipe}: {show_value(want)})")
 
-    batch, want_batch = _total_batch(args), _total_batch(cfg)
+    batch, want_batch = total_batch(args), total_batch(cfg)
     if None not in (batch, want_batch) and batch != want_batch:
         differs("total batch", batch, want_batch)
     for key in PER_256:
         has, value = _get(args, key)
         wants, want = _get(cfg, key)
-        if has and wants and batch and _number(value) is not None and _number(want) is not None:
-            per_256 = _number(value) * 256 / batch
+        if has and wants and batch and as_number(value) is not None and as_number(want) is not None:
+            per_256 = as_number(value) * 256 / batch
             if not same(per_256, want):
                 differs(f"{key} per 256 images", float(f"{per_256:.6g}"), want)
     sampler, want_sampler = _sampler_name(args), _sampler_name(cfg)

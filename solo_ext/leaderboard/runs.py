@@ -127,6 +127,20 @@ def candidate_dirs(root: Path) -> tuple[list[Path], list[Path]]:
     return runs, sorted(others)
 
 
+def processes_of(args: dict[str, Any]) -> int | None:
+    """The processes a config ran on (devices x nodes); None when it does not say."""
+    try:
+        return world_size(args)
+    except (ConfigError, TypeError, ValueError):
+        return None
+
+
+def total_batch(args: dict[str, Any]) -> int | None:
+    """``optimizer.batch_size`` over all processes; None when the config does not say."""
+    batch, processes = _get(args, "optimizer.batch_size"), processes_of(args)
+    return batch * processes if isinstance(batch, int) and processes else None
+
+
 def read_args(run_dir: Path) -> dict[str, Any]:
     """``args.json`` as a dict; a ValueError saying why it cannot be read."""
     path = run_dir / "args.json"
@@ -229,13 +243,9 @@ def _args_stage(args: dict[str, Any]) -> dict[str, Any]:
     stage["sampler"] = _get(args, "data.sampler.name") or "shuffle"
     if isinstance(args.get("max_epochs"), int):
         stage["epochs"] = args["max_epochs"]
-    batch, lr = _get(args, "optimizer.batch_size"), _get(args, "optimizer.lr")
-    try:
-        processes: int | None = world_size(args)
-    except (ConfigError, TypeError, ValueError):
-        processes = None
-    if isinstance(batch, int) and processes:
-        stage["batch"] = batch * processes
+    batch, lr = total_batch(args), _get(args, "optimizer.lr")
+    if batch is not None:
+        stage["batch"] = batch
     if _float(lr) is not None:
         stage["lr"] = _float(lr)
     from solo_ext.linear_stage import STAGE_SCHEDULE_NAMES
@@ -300,12 +310,6 @@ def read_run(run_dir: Path, args: dict[str, Any], search: list[Path]) -> Run:
     for key, kind in zip(keys, ("online", "online_knn", "head")):
         if row is not None and kind not in evals and _float(row.get(key)) is not None:
             evals[kind] = _from_row(row, key, kind, shown(log))
-    try:
-        processes: int | None = world_size(args)
-    except (ConfigError, TypeError, ValueError):
-        processes = None
-    batch = _get(args, "optimizer.batch_size")
-    batch = batch * processes if isinstance(batch, int) and processes else None
     epochs = args.get("max_epochs")
     kwargs = args.get("method_kwargs")
     return Run(
@@ -314,8 +318,8 @@ def read_run(run_dir: Path, args: dict[str, Any], search: list[Path]) -> Run:
         dataset=dataset,
         backbone=_get(args, "backbone.name"),
         epochs=epochs if isinstance(epochs, int) and not isinstance(epochs, bool) else None,
-        batch=batch,
-        processes=processes,
+        batch=total_batch(args),
+        processes=processes_of(args),
         method_kwargs=kwargs if isinstance(kwargs, dict) else {},
         args=args,
         evals={k: evals[k] for k in EVALUATIONS if k in evals},
