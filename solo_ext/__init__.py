@@ -7,8 +7,8 @@ __version__ = "0.1.0"
 
 
 def register() -> dict:
-    """Adds every solo-ext method to the active host's ``METHODS`` (see ``solo_ext.registry``)."""
-    from solo_ext.registry import register as _register
+    """Adds every solo-ext method to the active host's ``METHODS`` (``methods.registry``)."""
+    from solo_ext.methods.registry import register as _register
 
     return _register()
 

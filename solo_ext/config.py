@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
-from collections.abc import Iterable, Mapping
+import sys
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from numbers import Integral, Real
 from pathlib import Path
@@ -12,13 +14,28 @@ from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from solo_ext.common import did_you_mean
-from solo_ext.data.facts import SOLO_SMALL_STEM, facts
+from solo_ext.common import HostError, did_you_mean
+from solo_ext.facts import SOLO_SMALL_STEM, facts
 from solo_ext.modules.knn import DISTANCES
 
 
 class ConfigError(ValueError):
     """A bad config key or value; the message is one line naming both."""
+
+
+# Errors a user can fix from the message alone: printed as one line, no traceback.
+USER_ERRORS = (ConfigError, HostError, FileNotFoundError)
+
+
+@contextlib.contextmanager
+def one_line_errors(prog: str) -> Iterator[None]:
+    """Turns user errors into ``<prog>: error: <message>`` on stderr and exit status 2."""
+    try:
+        yield
+    except USER_ERRORS as err:
+        message = str(err).splitlines()[0] if str(err) else type(err).__name__
+        print(f"{prog}: error: {message}", file=sys.stderr)
+        raise SystemExit(2) from None
 
 
 def select(cfg: Any, key: str, default: Any = None) -> Any:

@@ -22,7 +22,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...], tuple[str, ...], str], ...] = (
         "losses/ (pure functions), modules/ (heads, queues, support set, ResNet-32, the "
         "small-image stem, patch pooling, the kNN vote), common.py, layers.py",
     ),
-    ("facts", ("data.facts",), ("bottom",), "data/facts.py: every fact about a dataset name"),
+    ("facts", ("facts",), ("bottom",), "facts.py: every fact about a dataset name"),
     ("config", ("config",), ("bottom", "facts"), "config.py: options, checks, run defaults"),
     (
         "data",
@@ -38,9 +38,9 @@ LAYERS: tuple[tuple[str, tuple[str, ...], tuple[str, ...], str], ...] = (
     ),
     (
         "run_backbone",
-        ("run_backbone",),
+        ("runs.backbone",),
         ("bottom", "config"),
-        "run_backbone.py: a run's backbone into an evaluation config",
+        "runs/backbone.py: a run's backbone into an evaluation config",
     ),
     (
         "host",
@@ -52,16 +52,27 @@ LAYERS: tuple[tuple[str, tuple[str, ...], tuple[str, ...], str], ...] = (
         "methods",
         ("methods",),
         ("bottom", "facts", "config", "data", "eval", "host"),
-        "methods/ (one file per method)",
+        "methods/ (one file per method, the registry)",
+    ),
+    (
+        "runs",
+        ("runs",),
+        ("bottom", "facts", "config", "data", "run_backbone", "host"),
+        "runs/ (a run loaded for evaluation, checkpoints, resume, the recorded environment)",
+    ),
+    (
+        "solo_learn",
+        ("solo_learn",),
+        ("bottom", "facts", "config", "data", "eval", "run_backbone", "host", "methods", "runs"),
+        "solo_learn/ (the start-up hook, the patches of solo-learn's modules, their needs)",
     ),
     (
         "commands",
         ("",),
-        ("bottom", "facts", "config", "data", "eval", "run_backbone", "host", "methods"),
-        "pretrain.py knn.py linear.py linear_stage.py dense_probe.py make_lt.py leaderboard/ "
-        "bench/ recipes/ cli.py runs.py checkpoint.py resume.py registry.py environment.py "
-        "bridge.py "
-        "bridge_check.py _autoload.py",
+        ("bottom", "facts", "config", "data", "eval", "run_backbone", "host", "methods", "runs"),
+        "commands/ (the console commands and their entry plumbing), leaderboard/, bench/, "
+        "recipes/, and the python -m forms (pretrain.py knn.py linear.py make_lt.py "
+        "dense_probe.py)",
     ),
 )
 # the layers that import neither a host nor Lightning

@@ -9,7 +9,7 @@ import pytest
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from solo_ext.registry import SOLO_EXT_METHODS
+from solo_ext.methods.registry import SOLO_EXT_METHODS
 
 ROOT = Path(__file__).resolve().parents[1]
 torch.set_num_threads(min(2, os.cpu_count() or 1))

@@ -160,9 +160,9 @@ def all4one_whole_feature(world: int) -> float:
 def training_runs(out_dir: Path, rank: int) -> dict:
     from conftest import tiny_cfg
 
+    from solo_ext.commands.pretrain import run
     from solo_ext.data.datasets import IndexedNCrop
-    from solo_ext.pretrain import run
-    from solo_ext.registry import SOLO_EXT_METHODS
+    from solo_ext.methods.registry import SOLO_EXT_METHODS
 
     drawn: list[int] = []
     original = IndexedNCrop.__getitem__
@@ -295,7 +295,7 @@ def nan_on_second_rank(out_dir: Path, rank: int) -> str:
     from conftest import tiny_cfg
 
     import solo_ext.methods.dscl as dscl
-    from solo_ext.pretrain import run
+    from solo_ext.commands.pretrain import run
 
     original = dscl.dscl_loss
 

@@ -9,11 +9,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from solo_ext.commands.pretrain import parse_cfg, run
 from solo_ext.config import ConfigError
 from solo_ext.host import METHODS
 from solo_ext.losses.all4one import all4one_loss, batch_info_nce, redundancy_reduction, shift_in
 from solo_ext.modules.centroid_transformer import CentroidTransformer, upstream_encoding
-from solo_ext.pretrain import parse_cfg, run
 
 
 def _unit(v: list[float]) -> list[float]:

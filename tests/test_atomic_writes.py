@@ -9,7 +9,7 @@ import torch
 import solo_ext.common as common
 from solo_ext.common import atomic_write_text
 from solo_ext.eval.metrics_file import update_metrics
-from solo_ext.resume import AtomicCheckpointIO
+from solo_ext.runs.resume import AtomicCheckpointIO
 
 
 class _Interrupted(Exception):

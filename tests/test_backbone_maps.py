@@ -17,11 +17,11 @@ import torchvision
 from omegaconf import OmegaConf
 from torch import nn
 
+from solo_ext.commands.pretrain import parse_cfg
 from solo_ext.host import BACKBONES, HOST, METHODS
 from solo_ext.methods.pbsd import PatchDistillation
 from solo_ext.modules.feature_maps import feature_map, last_feature_map
 from solo_ext.modules.resnet_cifar import cifar_resnet32
-from solo_ext.pretrain import parse_cfg
 
 
 def _map_and_feats(

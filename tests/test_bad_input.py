@@ -9,9 +9,9 @@ import pytest
 from conftest import eval_cfg, tiny_cfg
 from PIL import Image
 
-from solo_ext import knn
+from solo_ext.commands import knn
+from solo_ext.commands.pretrain import run
 from solo_ext.config import ConfigError
-from solo_ext.pretrain import run
 
 
 def _folders(root: Path, classes: dict[str, int], bad: str | None = None) -> str:
@@ -202,7 +202,7 @@ def test_evaluation_rejects_a_checkpoint_of_another_kind(trained_run, key, value
 
 
 def test_unknown_top_level_key_warns(make_cfg):
-    from solo_ext.pretrain import parse_cfg
+    from solo_ext.commands.pretrain import parse_cfg
 
     with pytest.warns(
         UserWarning, match="'max_epoch' is not used by solo-ext .did you mean 'max_epochs'"

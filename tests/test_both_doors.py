@@ -9,9 +9,9 @@ from __future__ import annotations
 import pytest
 from test_configs import compose_config
 
+from solo_ext.commands.pretrain import parse_cfg
 from solo_ext.config import ConfigError
 from solo_ext.host import HOST
-from solo_ext.pretrain import parse_cfg
 
 CPU = ["accelerator=cpu", "sync_batchnorm=False", "precision=32"]
 BAD = [
@@ -35,7 +35,7 @@ def solo_learn_parse_cfg(cfg):
         pytest.skip("main_pretrain.py's parse_cfg needs the real solo-learn importable")
     from solo.args.pretrain import parse_cfg as solo_parse_cfg
 
-    from solo_ext.registry import register
+    from solo_ext.methods.registry import register
 
     register()
     return solo_parse_cfg(cfg)

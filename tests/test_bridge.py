@@ -1,5 +1,6 @@
-"""solo_ext.bridge on stand-ins of solo-learn's modules, so that CI (which cannot install
-solo-learn) checks what the bridge adds; tests/test_solo_learn_scripts.py runs the real scripts.
+"""The bridge (``solo_ext.solo_learn``) on stand-ins of solo-learn's modules, so that CI (which
+cannot install solo-learn) checks what the bridge adds; tests/test_solo_learn_scripts.py runs the
+real scripts.
 """
 
 from __future__ import annotations
@@ -14,15 +15,18 @@ from conftest import AUGMENTATION, tiny_cfg
 from omegaconf import OmegaConf
 from torchvision.transforms.functional import to_tensor
 
-from solo_ext import _autoload, bridge, bridge_check
 from solo_ext.data.longtail import lt_counts
 from solo_ext.data.samplers import build_sampler
+from solo_ext.solo_learn import PATCHES, parsed
+from solo_ext.solo_learn import autoload as _autoload
+from solo_ext.solo_learn import check as bridge_check
+from solo_ext.solo_learn.patch import patch
 
 
 @pytest.fixture(autouse=True)
 def no_run():
     yield
-    bridge.RUN = None
+    parsed.RUN = None
     assert not bridge_check.BROKEN, "a stand-in lacks a need of the bridge"
 
 
@@ -49,7 +53,7 @@ def stand_in_args() -> types.ModuleType:
         return cfg
 
     module.parse_cfg = parse_cfg
-    bridge.patch(module)
+    patch(module)
     return module
 
 
@@ -70,8 +74,16 @@ def synthetic_cfg(**data):
     )
 
 
-def test_hook_and_bridge_name_the_same_modules():
-    assert set(_autoload._BRIDGED) == set(bridge.PATCHES)
+def test_every_patch_declares_its_needs_and_how_it_applies():
+    """One list (``solo_ext.solo_learn.PATCHES``, import-free) names the patched modules; each
+    patch module there declares what it needs and applies itself."""
+    import importlib
+
+    assert _autoload.PATCHES is PATCHES
+    for target, name in PATCHES.items():
+        module = importlib.import_module(f"solo_ext.solo_learn.{name}")
+        assert module.NEEDS and callable(module.apply), target
+        assert module.NEEDS == bridge_check.needs_of(target)
 
 
 def test_parse_cfg_takes_solo_exts_dataset_and_fills_what_the_run_needs():
@@ -81,7 +93,7 @@ def test_parse_cfg_takes_solo_exts_dataset_and_fills_what_the_run_needs():
     assert cfg.data.num_classes == 5  # solo-ext's count, not solo-learn's folder count
     assert cfg.data.train_class_counts == lt_counts(16, 5, 4)
     assert cfg.backbone.kwargs.small_image_stem is True
-    assert bridge.RUN.sampler == {"name": "class_balanced", "seed": 3}
+    assert parsed.RUN.sampler == {"name": "class_balanced", "seed": 3}
 
 
 @pytest.mark.parametrize(
@@ -98,8 +110,8 @@ def test_parse_cfg_errors_are_one_line(data, message, capsys):
         module.parse_cfg(synthetic_cfg(**data))
     assert stop.value.code == 2
     (line,) = capsys.readouterr().err.splitlines()
-    assert line.startswith(f"{bridge._prog()}: error: ") and message in line
-    assert bridge.RUN is None
+    assert line.startswith(f"{parsed.prog()}: error: ") and message in line
+    assert parsed.RUN is None
 
 
 def test_a_library_call_raises_the_config_error(monkeypatch, capsys):
@@ -112,7 +124,7 @@ def test_a_library_call_raises_the_config_error(monkeypatch, capsys):
     with pytest.raises(ConfigError, match="did you mean 'class_balanced'"):
         module.parse_cfg(synthetic_cfg(sampler={"name": "clas_balancd"}))
     assert capsys.readouterr().err == ""
-    assert bridge.RUN is None
+    assert parsed.RUN is None
 
 
 def test_dali_that_cannot_run_here_stops_parse_cfg_in_one_line(capsys, monkeypatch):
@@ -130,8 +142,8 @@ def test_dali_that_cannot_run_here_stops_parse_cfg_in_one_line(capsys, monkeypat
         with pytest.raises(SystemExit):
             module.parse_cfg(synthetic_cfg(format="dali"))
         (line,) = capsys.readouterr().err.splitlines()
-        assert line.startswith(f"{bridge._prog()}: error: {message}"), line
-        assert bridge.RUN is None
+        assert line.startswith(f"{parsed.prog()}: error: {message}"), line
+        assert parsed.RUN is None
 
 
 def test_loaders_build_the_dataset_and_draw_with_the_sampler():
@@ -141,7 +153,7 @@ def test_loaders_build_the_dataset_and_draw_with_the_sampler():
     module.prepare_dataloader = lambda train_dataset, batch_size, num_workers: pytest.fail(
         "solo-learn's shuffle"
     )
-    bridge.patch(module)
+    patch(module)
     dataset = module.prepare_datasets("synthetic_lt", lambda image: [to_tensor(image)])
     index, views, label = dataset[3]
     assert index == 3 and len(views) == 1 and label == dataset.dataset.targets[3]
@@ -299,7 +311,7 @@ LOSE = {
     ),
     "AutoResumer.find_checkpoint": _redefine("class AutoResumer: pass\n"),
 }
-NEEDED = [(module, need.name) for module, needs in bridge_check.NEEDS.items() for need in needs]
+NEEDED = [(module, need.name) for module in PATCHES for need in bridge_check.needs_of(module)]
 
 
 @pytest.fixture
@@ -314,7 +326,7 @@ def test_every_need_is_tried_here():
 
 
 def test_healthy_stand_ins_have_every_need():
-    for module in bridge_check.NEEDS:
+    for module in PATCHES:
         assert bridge_check.missing(healthy(module)) is None, module
 
 
@@ -335,7 +347,7 @@ def test_a_missing_name_stops_a_solo_ext_config_and_lets_solo_learns_run(
     module = healthy(module_name)
     LOSE[need](module)
     assert bridge_check.missing(module) == need
-    bridge.patch(module)
+    patch(module)
     assert broken == {module_name: f"{module_name} has no {need}"}
     assert not hasattr(module, "_SUPPORTED_DATASETS") or "synthetic_lt" not in vars(module).get(
         "_SUPPORTED_DATASETS", []
@@ -346,7 +358,7 @@ def test_a_missing_name_stops_a_solo_ext_config_and_lets_solo_learns_run(
         args = healthy(
             "solo.args.linear" if module_name == "solo.args.pretrain" else "solo.args.pretrain"
         )
-        bridge.patch(args)
+        patch(args)
     for cfg, used in [
         (synthetic_cfg(), "data.dataset='synthetic_lt'"),
         (
@@ -365,12 +377,12 @@ def test_a_missing_name_stops_a_solo_ext_config_and_lets_solo_learns_run(
 
 
 def test_main_knn_stops_before_argparse_rejects_the_dataset(broken, capsys, monkeypatch):
-    bridge.patch(healthy("solo.args.pretrain"))  # (healthy: not recorded)
+    patch(healthy("solo.args.pretrain"))  # (healthy: not recorded)
     knn = healthy("solo.args.knn")
     dataset = healthy("solo.args.dataset")
     LOSE["dataset_args(parser) adding --dataset with choices"](dataset)
-    bridge.patch(dataset)
-    bridge.patch(knn)
+    patch(dataset)
+    patch(knn)
     monkeypatch.setattr(sys, "argv", ["main_knn.py", "--dataset", "cifar100_lt"])
     stops_in_one_line(lambda _: knn.parse_args_knn(), None, capsys, "cifar100_lt", "choices")
     monkeypatch.setattr(sys, "argv", ["main_knn.py", "--dataset", "cifar10"])
@@ -378,16 +390,16 @@ def test_main_knn_stops_before_argparse_rejects_the_dataset(broken, capsys, monk
 
 
 def test_methods_that_could_not_register_stop_their_configs(broken, capsys, monkeypatch):
-    import solo_ext.registry
+    import solo_ext.methods.registry
 
     def fails():
         raise ImportError("cannot import name 'gather' from 'solo.utils.misc'")
 
-    monkeypatch.setattr(solo_ext.registry, "register", fails)
+    monkeypatch.setattr(solo_ext.methods.registry, "register", fails)
     monkeypatch.setitem(sys.modules, "solo_ext.host", types.SimpleNamespace(_READY=True))
     _autoload._register_into_solo()
     args = healthy("solo.args.pretrain")
-    bridge.patch(args)
+    patch(args)
     cfg = OmegaConf.create({"method": "pbsd", "data": {"dataset": "cifar10"}})
     stops_in_one_line(args.parse_cfg, cfg, capsys, "method='pbsd'", "'gather'")
 
@@ -403,7 +415,7 @@ def test_a_solo_ext_method_gets_solo_exts_views_in_main_pretrain(tmp_path):
     args = stand_in_args()
     loader = healthy("solo.data.pretrain_dataloader")
     loader.build_transform_pipeline = lambda dataset, cfg: "solo-learn's pipeline"
-    bridge.patch(loader)
+    patch(loader)
     aug = OmegaConf.create({**AUGMENTATION, "gaussian_blur": {"prob": 0.5}})
     cfg = tiny_cfg("dscl", tmp_path)
     cfg.data.dataset = "custom"
@@ -454,12 +466,12 @@ def stand_in_linear_model() -> types.ModuleType:
 
     LinearModel.__module__ = module.__name__  # (defined here, as if in solo-learn's module)
     module.LinearModel = LinearModel
-    bridge.patch(module)
+    patch(module)
     return module
 
 
 def classifier_stage_run(**stage) -> None:
-    bridge.RUN = bridge.Run(
+    parsed.RUN = parsed.Run(
         OmegaConf.create({"dataset": "synthetic_lt"}), None, OmegaConf.create(stage)
     )
 
@@ -503,7 +515,7 @@ def test_main_linears_stage_trains_on_the_published_crops():
 
     loader = healthy("solo.data.classification_dataloader")
     loader.prepare_transforms = lambda dataset: ("solo-learn's crops", "solo-learn's val")
-    bridge.patch(loader)
+    patch(loader)
     classifier_stage_run(train_augmentation="published", backbone_bn="train")
     train, val = loader.prepare_transforms("cifar100")
     assert val == "solo-learn's val"  # (resize 256, centre crop 224 on ImageNet: as published)
@@ -518,16 +530,17 @@ def test_main_linears_stage_trains_on_the_published_crops():
 def test_the_bridge_names_no_method():
     """What a method needs from the loader is said by the method's class (fit_to_loader,
     pretrain_transform, SOLO_LEARN_CROPS); the bridge branches on no method's name."""
-    from solo_ext.registry import SOLO_EXT_METHODS
+    from solo_ext.methods.registry import SOLO_EXT_METHODS
 
-    source = Path(bridge.__file__).read_text()
-    for name in SOLO_EXT_METHODS:
-        for quoted in (f'"{name}"', f"'{name}'"):
-            assert quoted not in source, quoted
+    for path in Path(parsed.__file__).parent.glob("*.py"):
+        source = path.read_text()
+        for name in SOLO_EXT_METHODS:
+            for quoted in (f'"{name}"', f"'{name}'"):
+                assert quoted not in source, (path.name, quoted)
 
 
 def test_solo_ext_pretrain_fits_pbsd_to_dali_as_the_bridge_does(capsys, tmp_path):
-    from solo_ext.pretrain import parse_cfg
+    from solo_ext.commands.pretrain import parse_cfg
 
     cfg = tiny_cfg("pbsd", tmp_path, **{"data.format": "dali", "dali.device": "cpu"})
     pytest.importorskip("nvidia.dali", reason="NVIDIA DALI is not installed")

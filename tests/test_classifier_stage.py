@@ -19,7 +19,9 @@ import torch
 from conftest import eval_cfg, tiny_cfg
 from omegaconf import OmegaConf
 
-from solo_ext import linear
+from solo_ext.commands import linear
+from solo_ext.commands.linear_stage import train_transform
+from solo_ext.commands.pretrain import run as pretrain
 from solo_ext.config import ConfigError
 from solo_ext.data.datasets import build_dataset
 from solo_ext.data.samplers import ClassBalancedSampler
@@ -31,9 +33,7 @@ from solo_ext.eval.classifier_stage import (
     published_stage,
     published_train_transform,
 )
-from solo_ext.linear_stage import train_transform
-from solo_ext.pretrain import run as pretrain
-from solo_ext.runs import load_run
+from solo_ext.runs.load import load_run
 
 BATCH, LR = 16, 0.4  # lr per 256 images: 0.025 at this batch
 STEP = {"scheduler.name": "step", "scheduler.lr_decay_steps": [2, 3]}

@@ -155,7 +155,7 @@ def test_eval_of_missing_run_is_one_line(tmp_path):
 def test_hydras_quiet_settings_stand_beside_the_overrides(argv):
     """Hydra takes the overrides as one run of arguments, so the added settings join them and
     ``--cfg job`` may stand before or after them."""
-    from solo_ext.cli import hydra_argv
+    from solo_ext.commands.entry import hydra_argv
 
     out = hydra_argv(["prog", *argv])
     added = [a for a in out if a.startswith(("hydra.", "hydra/"))]

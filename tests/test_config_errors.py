@@ -10,8 +10,8 @@ import pytest
 from conftest import ROOT
 from omegaconf import OmegaConf
 
+from solo_ext.commands.pretrain import parse_cfg
 from solo_ext.config import ConfigError
-from solo_ext.pretrain import parse_cfg
 
 CASES = [
     # (override key, value, text the one-line message must contain)

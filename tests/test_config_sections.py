@@ -20,12 +20,13 @@ import yaml
 from omegaconf import OmegaConf
 from test_configs import compose_config, configs, data_overrides
 
-from solo_ext import knn, linear, runs
+from solo_ext.commands import knn, linear
+from solo_ext.commands.linear_stage import SGDSchedule
+from solo_ext.commands.pretrain import RUN_OPTIONS, parse_cfg
 from solo_ext.host import HOST, METHODS, BaseMomentumMethod
 from solo_ext.host.standalone.optim import LARS
-from solo_ext.linear_stage import SGDSchedule
-from solo_ext.pretrain import RUN_OPTIONS, parse_cfg
-from solo_ext.registry import register
+from solo_ext.methods.registry import register
+from solo_ext.runs import load as runs
 
 # the key paths of solo-learn's shipped configs: scripts/pretrain/{cifar,imagenet-100}/*.yaml
 # with their wandb/ sub-config, and scripts/linear/*/*.yaml; less the keys of one method, one

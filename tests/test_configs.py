@@ -25,13 +25,13 @@ from conftest import ROOT, tiny_cfg
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from solo_ext import knn, linear
+from solo_ext.commands import knn, linear
+from solo_ext.commands.pretrain import parse_cfg, run
 from solo_ext.data.datasets import build_dataset
-from solo_ext.data.facts import SPLIT_FILE_DATASETS, facts
 from solo_ext.data.transforms import build_eval_transform
+from solo_ext.facts import SPLIT_FILE_DATASETS, facts
 from solo_ext.host import build_backbone
-from solo_ext.pretrain import parse_cfg, run
-from solo_ext.registry import SOLO_EXT_METHODS
+from solo_ext.methods.registry import SOLO_EXT_METHODS
 
 SCRIPTS = ROOT / "scripts"
 

@@ -14,13 +14,14 @@ import pytest
 import torch
 from conftest import METHOD_NAMES, eval_cfg
 
-from solo_ext import knn, register
+from solo_ext import register
+from solo_ext.commands import knn
+from solo_ext.commands.pretrain import parse_cfg, run
 from solo_ext.data.datasets import IndexedNCrop, build_dataset
 from solo_ext.data.samplers import build_sampler
 from solo_ext.eval.knn_classifier import LongTailKNN
 from solo_ext.host import METHODS, BaseMethod
-from solo_ext.pretrain import parse_cfg, run
-from solo_ext.registry import load
+from solo_ext.methods.registry import load
 
 
 def test_every_method_registered_into_host():

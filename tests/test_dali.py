@@ -32,7 +32,7 @@ from solo_ext.config import ConfigError  # noqa: E402
 from solo_ext.data import dali  # noqa: E402
 from solo_ext.data.dali import DALIAugmentation, DALILoader  # noqa: E402
 from solo_ext.data.samplers import SAMPLERS, build_sampler  # noqa: E402
-from solo_ext.registry import SOLO_EXT_METHODS  # noqa: E402
+from solo_ext.methods.registry import SOLO_EXT_METHODS  # noqa: E402
 
 COUNTS = [40, 16, 6, 2]
 OWN_KWARGS = {"sqrt": {"power": 0.5}, "progressive": {"total_epochs": 4}}
@@ -270,7 +270,7 @@ def test_cifar_lt_by_name_reads_the_arrays(tmp_path, monkeypatch):
     monkeypatch.setattr(tvd.cifar, "check_integrity", lambda *args, **kwargs: True)
     import dataclasses
 
-    from solo_ext.data import facts
+    from solo_ext import facts
 
     tiny = dataclasses.replace(facts.DATASETS["cifar10_lt"], images_per_class=20)
     monkeypatch.setitem(facts.DATASETS, "cifar10_lt", tiny)  # 20 images a class
@@ -347,15 +347,15 @@ def dali_cfg(method: str, tmp_path: Path, **overrides):
 
 
 def test_solo_ext_pretrain_and_linear_with_dali(tmp_path):
-    from solo_ext import linear
-    from solo_ext.pretrain import run
+    from solo_ext.commands import linear
+    from solo_ext.commands.pretrain import run
 
     result = run(dali_cfg("dscl", tmp_path))
     run_dir = Path(result["run_dir"])
     assert result["metrics"]["train_class_loss"] > 0
     args = OmegaConf.load(run_dir / "args.json")
     assert args.data.format == "dali" and args.data.sampler.name == "class_balanced"
-    stage = OmegaConf.load(Path(linear.__file__).parent / "conf" / "linear.yaml")
+    stage = OmegaConf.load(Path(linear.__file__).parents[1] / "conf" / "linear.yaml")
     stage.update(pretrained_checkpoint_dir=str(run_dir), max_epochs=1, backbone_bn="train")
     stage.update(dali={"device": "cpu"}, enable_progress_bar=False)
     stage.optimizer.batch_size = 8
@@ -367,7 +367,7 @@ def test_solo_ext_pretrain_and_linear_with_dali(tmp_path):
 def test_every_method_trains_from_the_dali_loader(method, tmp_path, capsys, caplog):
     """Two steps of each method on DALI's batches; PBSD, whose published patches a DALI loader
     cannot make, cuts them on the device and says so once (when the run's config is read)."""
-    from solo_ext.pretrain import run
+    from solo_ext.commands.pretrain import run
 
     cfg = dali_cfg(method, tmp_path)
     cfg.limit_train_batches = 2
@@ -384,7 +384,7 @@ def test_every_method_trains_from_the_dali_loader(method, tmp_path, capsys, capl
 def test_a_resumed_run_reads_the_order_of_its_epoch(tmp_path, monkeypatch):
     """Stopped after epoch 0 and resumed: the loader gives epoch 1's order of the sampler (the
     epoch Lightning restores), not epoch 0's again."""
-    from solo_ext.pretrain import run
+    from solo_ext.commands.pretrain import run
 
     read: list[tuple[int, list[int]]] = []
     iterate = DALILoader.__iter__
@@ -411,7 +411,7 @@ def test_a_resumed_run_reads_the_order_of_its_epoch(tmp_path, monkeypatch):
 
 
 def test_dali_on_gpu_without_cuda_stops_in_one_line(tmp_path, monkeypatch):
-    from solo_ext.pretrain import run
+    from solo_ext.commands.pretrain import run
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     cfg = dali_cfg("scl", tmp_path)
@@ -422,7 +422,7 @@ def test_dali_on_gpu_without_cuda_stops_in_one_line(tmp_path, monkeypatch):
 
 
 def test_dali_not_installed_stops_in_one_line(tmp_path, monkeypatch):
-    from solo_ext.pretrain import run
+    from solo_ext.commands.pretrain import run
 
     monkeypatch.setattr(dali, "dali_installed", lambda: False)
     with pytest.raises(ConfigError, match=r"^data.format='dali': NVIDIA DALI is not installed"):

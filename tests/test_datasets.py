@@ -12,10 +12,10 @@ from omegaconf import OmegaConf
 from PIL import Image
 from torchvision import datasets as tvd
 
+from solo_ext.commands.pretrain import run
 from solo_ext.config import ConfigError
 from solo_ext.data.datasets import build_dataset, fill_data_cfg
 from solo_ext.data.transforms import build_eval_transform
-from solo_ext.pretrain import run
 
 
 def _fake_cifar(root: Path, name: str, n_per_file: int = 6) -> None:

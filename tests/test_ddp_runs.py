@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from solo_ext.registry import SOLO_EXT_METHODS
+from solo_ext.methods.registry import SOLO_EXT_METHODS
 
 SHOT_GROUPS = ("many", "medium", "few")
 
@@ -61,8 +61,8 @@ WHOLE_RUNS = ("dscl", "pbsd", "densecl", "all4one_ct", "paco", "bcl")
 
 
 def test_the_whole_runs_cover_every_step_and_evaluation_path():
+    from solo_ext.methods.registry import load
     from solo_ext.methods.scl import SCL
-    from solo_ext.registry import load
 
     others = set(SOLO_EXT_METHODS) - set(WHOLE_RUNS)
     # what is left out runs the supervised step and evaluation of a method that is in
@@ -147,7 +147,7 @@ def test_python_m_finds_the_shipped_configs(tmp_path):
 
 
 def test_the_processes_lightning_starts_take_the_first_process_run_id(tmp_path, monkeypatch):
-    from solo_ext.pretrain import RUN_ID_ENV, shared_run_id
+    from solo_ext.commands.pretrain import RUN_ID_ENV, shared_run_id
 
     monkeypatch.delenv("LOCAL_RANK", raising=False)
     monkeypatch.delenv(RUN_ID_ENV, raising=False)

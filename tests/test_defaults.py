@@ -24,16 +24,16 @@ from omegaconf import OmegaConf
 
 import solo_ext
 from solo_ext import config
+from solo_ext.commands.pretrain import RUN_OPTIONS, parse_cfg
 from solo_ext.config import CORE_RUN_OPTIONS, HOST_OPTIONS, IN_CONF, Option, run_default
-from solo_ext.pretrain import RUN_OPTIONS, parse_cfg
-from solo_ext.registry import SOLO_EXT_METHODS, load
+from solo_ext.methods.registry import SOLO_EXT_METHODS, load
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "solo_ext"
 # keys parse_cfg changes after filling them (solo-learn's linear scaling of the learning rates)
 SCALED = ("optimizer.lr", "optimizer.classifier_lr")
 # modules that need what a test machine may lack, or run on import
-SKIP_MODULES = ("solo_ext._autoload", "solo_ext.layers")
+SKIP_MODULES = ("solo_ext.solo_learn.autoload", "solo_ext.layers")
 
 
 def _modules():
@@ -75,25 +75,25 @@ COMMANDS = {
         "solo_ext.config.HOST_OPTIONS",
         "solo_ext.config.CROP_OPTIONS",
         "solo_ext.config.BACKBONE_OPTIONS",
-        "solo_ext.pretrain.RUN_OPTIONS",
-        "solo_ext.data.datasets.DATA_KEYS",
+        "solo_ext.commands.pretrain.RUN_OPTIONS",
+        "solo_ext.data.options.DATA_KEYS",
         "solo_ext.data.dali.DALI_OPTIONS",
     ),
     "linear": (
-        "solo_ext.linear.OPTIONS",
-        "solo_ext.linear_stage.SCHEDULE_OPTIONS",
+        "solo_ext.commands.linear.OPTIONS",
+        "solo_ext.commands.linear_stage.SCHEDULE_OPTIONS",
         "solo_ext.eval.classifier_stage.CLASSIFIER_STAGE_OPTIONS",
     ),
-    "knn": ("solo_ext.knn.OPTIONS",),
-    "dense_probe": ("solo_ext.dense_probe.OPTIONS",),
+    "knn": ("solo_ext.commands.knn.OPTIONS",),
+    "dense_probe": ("solo_ext.commands.dense_probe.OPTIONS",),
 }
 # tables that are parts of a command's table above (``data.<key>``, ``data.synthetic.<key>``),
 # or relative to an entry (an augmentation, a sampler, a method's kwargs: one table per entry)
 PARTS = {
-    "solo_ext.data.datasets.DATA_OPTIONS": ("solo_ext.data.datasets.DATA_KEYS", "data."),
-    "solo_ext.data.datasets.LT_OPTIONS": ("solo_ext.data.datasets.DATA_KEYS", "data."),
+    "solo_ext.data.options.DATA_OPTIONS": ("solo_ext.data.options.DATA_KEYS", "data."),
+    "solo_ext.data.options.LT_OPTIONS": ("solo_ext.data.options.DATA_KEYS", "data."),
     "solo_ext.data.synthetic.SYNTHETIC_OPTIONS": (
-        "solo_ext.data.datasets.DATA_KEYS",
+        "solo_ext.data.options.DATA_KEYS",
         "data.synthetic.",
     ),
 }
@@ -116,7 +116,11 @@ def test_every_table_of_options_belongs_to_a_command(tables):
     ]
     assert not loose, f"tables no command is declared to read: {loose}"
     # the walk finds what it should: the method tables and the samplers' are there too
-    assert {"solo_ext.config.HOST_OPTIONS", "method pbsd", "solo_ext.linear.OPTIONS"} <= set(tables)
+    assert {
+        "solo_ext.config.HOST_OPTIONS",
+        "method pbsd",
+        "solo_ext.commands.linear.OPTIONS",
+    } <= set(tables)
     assert any(name.startswith("solo_ext.data.samplers.SAMPLER_OPTIONS[") for name in tables)
 
 
@@ -256,7 +260,7 @@ def _leaves(node, prefix=""):
 
 @pytest.mark.parametrize("command", ["knn", "linear", "dense_probe"])
 def test_every_key_of_a_conf_file_is_declared_with_its_value(command):
-    options = importlib.import_module(f"solo_ext.{command}").OPTIONS
+    options = importlib.import_module(f"solo_ext.commands.{command}").OPTIONS
     conf = OmegaConf.to_container(config.packaged_conf(command))
     leaves = dict(_leaves(conf))
     for key, value in leaves.items():

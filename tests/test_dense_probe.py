@@ -10,11 +10,11 @@ import pytest
 import torch
 from conftest import eval_cfg, tiny_cfg
 
-from solo_ext import dense_probe
+from solo_ext.commands import dense_probe
+from solo_ext.commands.pretrain import run
 from solo_ext.config import ConfigError
 from solo_ext.data.synthetic import PART_CLASSES, SHAPES, SyntheticLT
 from solo_ext.eval.segmentation import confusion, segmentation_report
-from solo_ext.pretrain import run
 
 
 def test_label_maps_name_the_parts_of_each_class():
@@ -72,7 +72,7 @@ def test_dense_probe_beats_predicting_background(trained_run):
 
 
 def test_dense_probe_needs_label_maps(tmp_path, monkeypatch):
-    from solo_ext import runs
+    from solo_ext.runs import load as runs
 
     def fake_load(cfg):
         from omegaconf import OmegaConf

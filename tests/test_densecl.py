@@ -8,9 +8,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from solo_ext.commands.pretrain import parse_cfg, run
 from solo_ext.host import METHODS
 from solo_ext.losses.densecl import dense_correspondence, densecl_loss
-from solo_ext.pretrain import parse_cfg, run
 
 
 def test_correspondence_recovers_a_horizontal_flip():

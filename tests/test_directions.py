@@ -9,8 +9,8 @@ import torch
 import torch.nn.functional as F
 from test_scl_loss import scl_reference
 
+from solo_ext.commands.pretrain import parse_cfg
 from solo_ext.host import METHODS
-from solo_ext.pretrain import parse_cfg
 
 B = 8
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from solo_ext.registry import SOLO_EXT_METHODS
+from solo_ext.methods.registry import SOLO_EXT_METHODS
 
 WORKER = Path(__file__).with_name("ddp_worker.py")
 
@@ -77,7 +77,7 @@ def test_ranks_agree_after_ddp_steps(ranks, method):
         assert zero["buffers"][key].item() == (3 * 2 * 4) % 20, key
     assert zero["drawn"] and not set(zero["drawn"]) & set(one["drawn"])
     # each process its own augmentations; the first one those of a single-process run
-    from solo_ext.resume import epoch_seed
+    from solo_ext.runs.resume import epoch_seed
 
     assert (zero["seed"], one["seed"]) == (epoch_seed(0, 0, 0), epoch_seed(0, 0, 1))
     assert zero["seed"] != one["seed"]

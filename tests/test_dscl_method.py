@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from solo_ext.commands.pretrain import parse_cfg, run
 from solo_ext.config import ConfigError
-from solo_ext.pretrain import parse_cfg, run
 
 
 def test_alpha_scl_trains_exactly_like_scl(make_cfg):

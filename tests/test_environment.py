@@ -12,8 +12,8 @@ import pytest
 import torch
 from conftest import eval_cfg
 
-from solo_ext.environment import environment, numbers_differ, summary
-from solo_ext.pretrain import run
+from solo_ext.commands.pretrain import run
+from solo_ext.runs.environment import environment, numbers_differ, summary
 
 
 @pytest.fixture(scope="module")
@@ -93,13 +93,13 @@ def test_what_does_not_change_numbers_is_not_named():
 
 
 def test_an_evaluation_in_another_environment_warns_in_one_line_and_goes_on(paco_run, capsys):
-    import solo_ext.knn
+    import solo_ext.commands.knn
 
     args_path = paco_run / "args.json"
     args = json.loads(args_path.read_text())
     args["environment"]["libraries"]["torch"] = "1.13.1"
     args_path.write_text(json.dumps(args))
-    result = solo_ext.knn.run(eval_cfg("knn", paco_run, k=3))
+    result = solo_ext.commands.knn.run(eval_cfg("knn", paco_run, k=3))
     assert result["knn_acc1"] >= 0  # the evaluation ran to the end
     lines = [line for line in capsys.readouterr().err.splitlines() if "warning" in line]
     (line,) = lines

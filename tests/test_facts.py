@@ -11,12 +11,12 @@ import torchvision
 from omegaconf import OmegaConf
 from torchvision import transforms as T
 
-from solo_ext import make_lt
+from solo_ext import facts
+from solo_ext.commands import make_lt
+from solo_ext.commands.pretrain import parse_cfg
 from solo_ext.config import ConfigError
-from solo_ext.data import facts
 from solo_ext.data.datasets import counts_json, long_tail_counts
 from solo_ext.data.transforms import build_eval_transform, normalize
-from solo_ext.pretrain import parse_cfg
 
 
 @pytest.mark.parametrize("name,base", [("cifar10_lt", "cifar10"), ("cifar100_lt", "cifar100")])

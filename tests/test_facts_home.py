@@ -1,4 +1,4 @@
-"""Every fact about a dataset name lives in ``solo_ext/data/facts.py``: no other module compares a
+"""Every fact about a dataset name lives in ``solo_ext/facts.py``: no other module compares a
 value with a dataset's name or reads one off its suffix."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import solo_ext
-from solo_ext.data.facts import DATASETS, SOLO_EXT_ONLY, facts
+from solo_ext.facts import DATASETS, SOLO_EXT_ONLY, facts
 
 PACKAGE = Path(solo_ext.__file__).parent
 FILES = sorted(p for p in PACKAGE.rglob("*.py") if p.name != "facts.py")

@@ -104,7 +104,7 @@ def test_autoload_registers_into_solo_methods(fake_solo):
     proc = _python(CHECK_HOOK, path=[fake_solo])
     assert proc.returncode == 0, proc.stderr
     names, scl_module = proc.stdout.rsplit(" ", 1)
-    from solo_ext.registry import SOLO_EXT_METHODS
+    from solo_ext.methods.registry import SOLO_EXT_METHODS
 
     for name in SOLO_EXT_METHODS:
         assert repr(name) in names
@@ -123,7 +123,7 @@ def test_real_solo_learn_sees_methods():
     proc = _python("""
         from solo.methods import METHODS
         from solo.methods.base import BaseMethod
-        from solo_ext.registry import SOLO_EXT_METHODS
+        from solo_ext.methods.registry import SOLO_EXT_METHODS
         assert all(issubclass(METHODS[m], BaseMethod) for m in SOLO_EXT_METHODS), METHODS
         print("ok")
     """)

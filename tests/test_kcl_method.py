@@ -12,9 +12,9 @@ import torch.nn.functional as F
 from test_directions import _model_and_batch as model_and_batch
 from test_kcl_loss import balfeat_kcl, official_centroid_update, official_tsc
 
+from solo_ext.commands.pretrain import parse_cfg
 from solo_ext.config import ConfigError
 from solo_ext.host import METHODS
-from solo_ext.pretrain import parse_cfg
 
 
 def spy(model):

@@ -24,7 +24,7 @@ from solo_ext.leaderboard.published import (
     published_stage,
     stage_differences,
 )
-from solo_ext.registry import SOLO_EXT_METHODS, load
+from solo_ext.methods.registry import SOLO_EXT_METHODS, load
 
 # the columns solo-learn's scripts log without wandb (Lightning's CSVLogger), as main_pretrain.py
 # (a long-tailed dataset: the online kNN with its shot groups) and main_linear.py write them
@@ -85,15 +85,15 @@ def solo_learn_run(cwd: Path, version: int, **changes) -> Path:
 @pytest.fixture(scope="module")
 def tree(tmp_path_factory) -> dict:
     """One solo-ext run (symmetric) with kNN and linear results, and two solo-learn runs."""
-    import solo_ext.knn
-    import solo_ext.linear
-    import solo_ext.pretrain
+    import solo_ext.commands.knn
+    import solo_ext.commands.linear
+    import solo_ext.commands.pretrain
 
     cwd = tmp_path_factory.mktemp("runs")
     cfg = tiny_cfg("scl", cwd, **{"method_kwargs.symmetric": True})
-    ours = Path(solo_ext.pretrain.run(cfg)["run_dir"])
-    solo_ext.knn.run(eval_cfg("knn", ours, k=5))
-    solo_ext.linear.run(eval_cfg("linear", ours, max_epochs=2))
+    ours = Path(solo_ext.commands.pretrain.run(cfg)["run_dir"])
+    solo_ext.commands.knn.run(eval_cfg("knn", ours, k=5))
+    solo_ext.commands.linear.run(eval_cfg("linear", ours, max_epochs=2))
 
     published_like = solo_learn_run(cwd, 0)
     logs = cwd / "lightning_logs"

@@ -11,13 +11,13 @@ import pytest
 import torch
 from conftest import tiny_cfg
 
+from solo_ext.commands.pretrain import parse_cfg
 from solo_ext.host import METHODS, BaseMethod, BaseMomentumMethod
 from solo_ext.methods.base import MomentumQueueMethod, SoloExtMethod
 from solo_ext.methods.dscl import DecoupledLoss
 from solo_ext.methods.pbsd import PatchDistillation
+from solo_ext.methods.registry import SOLO_EXT_METHODS, load, register
 from solo_ext.methods.scl import SCL, Criterion, StepTerm
-from solo_ext.pretrain import parse_cfg
-from solo_ext.registry import SOLO_EXT_METHODS, load, register
 
 ROOT = Path(__file__).resolve().parents[1]
 # the shared bases a method class may stand on (one class over one of them)

@@ -10,13 +10,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from solo_ext.commands.pretrain import run
 from solo_ext.losses.all4one import all4one_objective
 from solo_ext.losses.densecl import densecl_loss
 from solo_ext.losses.dscl import dscl_loss
 from solo_ext.losses.pbsd import pbsd_loss
 from solo_ext.losses.scl import scl_loss
 from solo_ext.modules.centroid_transformer import CentroidTransformer
-from solo_ext.pretrain import run
 
 # Inputs are rounded to the low-precision type (the losses compute in float32 inside), so the
 # error is that of rounding embeddings: at most this fraction of the float32 value.

@@ -18,11 +18,12 @@ from conftest import ROOT
 from omegaconf import OmegaConf
 from test_configs import compose_config, data_overrides
 
-from solo_ext import linear
+from solo_ext.commands import linear
+from solo_ext.commands.pretrain import parse_cfg
 from solo_ext.config import check_given
 from solo_ext.host import HOST, METHODS
+from solo_ext.methods.registry import register
 from solo_ext.methods.schedules import warmup_step
-from solo_ext.pretrain import parse_cfg
 from solo_ext.recipes.effective import (
     differences,
     effective_values,
@@ -30,7 +31,6 @@ from solo_ext.recipes.effective import (
     official_runs,
     stated_differences,
 )
-from solo_ext.registry import register
 
 RUNS = official_runs()
 PRETRAIN = [
@@ -197,7 +197,7 @@ def test_warmup_step_trains_per_epoch_in_a_whole_run(tmp_path):
     schedule once an epoch, and every group (backbone, projector, classifier) follows it."""
     from conftest import tiny_cfg
 
-    from solo_ext.pretrain import run
+    from solo_ext.commands.pretrain import run
 
     schedule = {"name": "warmup_step", "interval": "epoch", "warmup_epochs": 2}
     cfg = tiny_cfg("paco", tmp_path, max_epochs=3, scheduler={**schedule, "lr_decay_steps": [2]})

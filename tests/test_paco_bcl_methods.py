@@ -18,9 +18,9 @@ import torch.nn.functional as F
 from test_bcl_loss import balscl_reference, logit_adjust_reference
 from test_paco_loss import official_reference
 
+from solo_ext.commands.pretrain import parse_cfg, run
 from solo_ext.config import ConfigError
 from solo_ext.host import METHODS
-from solo_ext.pretrain import parse_cfg, run
 
 B = 8
 COUNTS = [9, 5, 3, 2]

@@ -10,11 +10,11 @@ import torch.nn.functional as F
 from torchvision.ops import roi_align
 
 import solo_ext.methods.pbsd as pbsd_module
+from solo_ext.commands.pretrain import parse_cfg, run
 from solo_ext.host.standalone.backbones import build_backbone
 from solo_ext.losses.pbsd import pbsd_loss
 from solo_ext.modules.feature_maps import feature_map
 from solo_ext.modules.patches import crop_boxes, roi_pool, sample_boxes
-from solo_ext.pretrain import parse_cfg, run
 
 
 def pbsd_reference(student, teacher, keys, queue, queue_labels, t):

@@ -12,8 +12,8 @@ from PIL import Image
 from torchvision import transforms as T
 from torchvision.transforms import functional as TF
 
-from solo_ext.data.facts import SYNTHETIC_STATS
 from solo_ext.data.pbsd_views import PBSDViews
+from solo_ext.facts import SYNTHETIC_STATS
 
 MEAN, STD = (torch.tensor(s).view(3, 1, 1) for s in SYNTHETIC_STATS)
 

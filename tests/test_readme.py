@@ -31,7 +31,7 @@ def test_main_job_command_is_the_tested_one():
 def test_the_tested_solo_learn_is_the_one_the_bridge_names():
     """The release and commit the README tells users to install are those the bridge's one-line
     error says it is tested with."""
-    from solo_ext.bridge_check import TESTED_WITH
+    from solo_ext.solo_learn.check import TESTED_WITH
 
     release, commit = TESTED_WITH
     assert f"solo-learn {release} at\ncommit `{commit}`" in README

@@ -12,8 +12,8 @@ import pytest
 import torch
 from conftest import METHOD_NAMES
 
-import solo_ext.pretrain as pretrain
-from solo_ext.pretrain import run
+import solo_ext.commands.pretrain as pretrain
+from solo_ext.commands.pretrain import run
 
 COMMON = {
     "max_epochs": 2,

@@ -18,7 +18,7 @@ from conftest import eval_cfg, tiny_cfg
 from omegaconf import DictConfig, OmegaConf
 
 from solo_ext.config import ConfigError, fill_stem_option
-from solo_ext.run_backbone import fill_run_backbone, merge_run_backbone, read_run_backbone
+from solo_ext.runs.backbone import fill_run_backbone, merge_run_backbone, read_run_backbone
 
 RUN_BACKBONE = {
     "name": "resnet18",
@@ -198,7 +198,7 @@ def test_merge_takes_a_run_config_section(tmp_path):
 def stemless_run(tmp_path_factory) -> Path:
     """scl on synthetic_lt with the ImageNet stem (``small_image_stem: false``, the table's
     default for synthetic_lt being the small stem); one step, no validation."""
-    from solo_ext.pretrain import run
+    from solo_ext.commands.pretrain import run
 
     root = tmp_path_factory.mktemp("stemless")
     cfg = tiny_cfg("scl", root, limit_train_batches=1, limit_val_batches=0)
@@ -213,7 +213,7 @@ def listing(root: Path) -> dict[str, bytes | None]:
 
 def test_solo_ext_linear_builds_the_runs_backbone(stemless_run):
     """A config naming only ``resnet18`` gets the run's ImageNet stem, not the table's."""
-    from solo_ext import linear
+    from solo_ext.commands import linear
 
     cfg = eval_cfg("linear", stemless_run, max_epochs=1, **{"backbone.name": "resnet18"})
     metrics = linear.run(cfg)
@@ -222,7 +222,7 @@ def test_solo_ext_linear_builds_the_runs_backbone(stemless_run):
 
 
 def test_solo_ext_linear_stops_at_a_contradicting_kwarg(stemless_run):
-    from solo_ext import linear
+    from solo_ext.commands import linear
 
     (ckpt,) = stemless_run.glob("*.ckpt")
     before = listing(stemless_run)

@@ -12,13 +12,13 @@ import importlib
 import pytest
 from conftest import eval_cfg, tiny_cfg
 
+from solo_ext.commands.pretrain import RUN_OPTIONS, parse_cfg, run
 from solo_ext.config import BACKBONE_OPTIONS, ConfigError, Option
-from solo_ext.data.datasets import DATA_KEYS
+from solo_ext.data.options import DATA_KEYS
 from solo_ext.data.samplers import SAMPLER_OPTIONS
 from solo_ext.data.transforms import AUGMENTATION_OPTIONS
 from solo_ext.host import METHODS
-from solo_ext.pretrain import RUN_OPTIONS, parse_cfg, run
-from solo_ext.registry import SOLO_EXT_METHODS, register
+from solo_ext.methods.registry import SOLO_EXT_METHODS, register
 
 register()
 CASES = [
@@ -90,7 +90,7 @@ def test_a_run_key_outside_its_declaration_stops_the_start(key, value, tmp_path)
 EVAL_CASES = [
     (command, key, value)
     for command in ("knn", "linear", "dense_probe")
-    for key, option in importlib.import_module(f"solo_ext.{command}").OPTIONS.items()
+    for key, option in importlib.import_module(f"solo_ext.commands.{command}").OPTIONS.items()
     for value in option.invalid_examples()
 ]
 
@@ -101,7 +101,7 @@ EVAL_CASES = [
 def test_an_evaluation_key_outside_its_declaration_stops_it(command, key, value, tmp_path):
     """solo-ext-knn, -linear and -dense-probe check every key they read, before the run is
     even looked at."""
-    module = importlib.import_module(f"solo_ext.{command}")
+    module = importlib.import_module(f"solo_ext.commands.{command}")
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     with pytest.raises(ConfigError) as info:
@@ -151,7 +151,7 @@ def test_a_data_key_outside_its_declaration_stops_every_command(key, value, tmp_
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     for command in ("knn", "linear", "dense_probe"):
-        module = importlib.import_module(f"solo_ext.{command}")
+        module = importlib.import_module(f"solo_ext.commands.{command}")
         with pytest.raises(ConfigError) as info:
             module.run(eval_cfg(command, run_dir, **{key: value}))
         assert_one_line(info.value, key, value)
@@ -173,7 +173,9 @@ def test_a_sampler_key_outside_its_declaration_stops_pretraining_and_the_probe(
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     with pytest.raises(ConfigError) as info:
-        importlib.import_module("solo_ext.linear").run(eval_cfg("linear", run_dir, **given))
+        importlib.import_module("solo_ext.commands.linear").run(
+            eval_cfg("linear", run_dir, **given)
+        )
     assert_one_line(info.value, f"data.sampler.{key}", value)
     assert list(tmp_path.rglob("*")) == [run_dir]
 

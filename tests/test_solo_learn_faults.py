@@ -16,7 +16,7 @@ import pytest
 import torch
 from test_solo_learn_scripts import CPU, SMALL, ok, solo
 
-from solo_ext.registry import SOLO_EXT_METHODS
+from solo_ext.methods.registry import SOLO_EXT_METHODS
 
 # SMALL's synthetic_lt (24 ... 6 images of 6 classes, 78 in all) for three epochs; with batch 8
 # an epoch is 9 steps on one process (batch 4 on each of two: 9 steps too; drop_last)

@@ -35,7 +35,7 @@ from conftest import ROOT
 from test_configs import compose_config, configs, data_overrides
 
 from solo_ext.host import HOST
-from solo_ext.registry import SOLO_EXT_METHODS
+from solo_ext.methods.registry import SOLO_EXT_METHODS
 
 if HOST != "solo":
     pytest.skip("needs the real solo-learn importable", allow_module_level=True)
@@ -432,7 +432,7 @@ def test_cifar100_lt_by_name_in_main_pretrain(data_format, tmp_path):
 def test_made_lt_folder_as_custom_reads_its_counts_json(tmp_path):
     """solo-ext-make-lt's folder trained as solo-learn's ``custom`` (the DALI route): the class
     counts come from its counts.json, and the Many / Medium / Few online kNN runs."""
-    from solo_ext import make_lt
+    from solo_ext.commands import make_lt
 
     out = tmp_path / "lt"
     make_lt.run(["--dataset", "synthetic_lt", "--num_classes", "6", "--imbalance_factor", "4",
@@ -541,10 +541,10 @@ def test_bad_input_stops_in_one_line_and_writes_nothing(case, tmp_path):
 
 
 def schema_cases():
-    from solo_ext.data.datasets import DATA_KEYS
+    from solo_ext.data.options import DATA_KEYS
     from solo_ext.data.samplers import SAMPLER_OPTIONS
     from solo_ext.host import METHODS
-    from solo_ext.registry import SOLO_EXT_METHODS, register
+    from solo_ext.methods.registry import SOLO_EXT_METHODS, register
 
     register()
     cases = [
@@ -652,7 +652,7 @@ def test_two_process_run_finishes_with_the_online_long_tail_knn(method, tmp_path
 def test_solo_learns_modules_have_every_name_the_bridge_needs():
     import importlib
 
-    from solo_ext.bridge_check import NEEDS, missing
+    from solo_ext.solo_learn.check import NEEDS, missing
 
     for name in NEEDS:
         assert missing(importlib.import_module(name)) is None, name
@@ -681,7 +681,7 @@ def test_a_renamed_name_stops_a_solo_ext_config_in_one_line(renamed, said, tmp_p
 def test_a_config_of_solo_learn_alone_runs_when_the_bridge_cannot(tmp_path):
     """solo-learn's own MoCo v2+ config on an image folder, with main_linear's patch point
     renamed: it trains, since it uses nothing of solo-ext."""
-    from solo_ext import make_lt
+    from solo_ext.commands import make_lt
 
     out = tmp_path / "folder"
     make_lt.run(["--dataset", "synthetic_lt", "--num_classes", "4", "--imbalance_factor", "2",

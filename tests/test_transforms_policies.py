@@ -22,8 +22,8 @@ from torchvision.transforms import InterpolationMode
 from torchvision.transforms import functional as TF
 
 from solo_ext.config import ConfigError
-from solo_ext.data.facts import SYNTHETIC_STATS, facts
 from solo_ext.data.transforms import Cutout, build_augmentation, check_augmentations
+from solo_ext.facts import SYNTHETIC_STATS, facts
 
 MEAN, STD = SYNTHETIC_STATS
 SEEDS = range(12)

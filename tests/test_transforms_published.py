@@ -19,9 +19,9 @@ from torchvision.transforms import InterpolationMode
 from torchvision.transforms import functional as TF
 
 from solo_ext.config import ConfigError
-from solo_ext.data.facts import SYNTHETIC_STATS
 from solo_ext.data.pbsd_views import PBSDViews
 from solo_ext.data.transforms import PILGaussianBlur, build_augmentation, check_augmentations
+from solo_ext.facts import SYNTHETIC_STATS
 
 MEAN, STD = SYNTHETIC_STATS
 Blur = Callable[[Image.Image, float], Image.Image]

@@ -15,7 +15,7 @@ import statistics
 from collections import defaultdict
 from pathlib import Path
 
-from solo_ext.environment import summary
+from solo_ext.runs.environment import summary
 
 KEYS = ("knn_acc1", "knn_acc1_many", "knn_acc1_medium", "knn_acc1_few")
 HEADERS = ("kNN top-1", "many", "medium", "few")

@@ -81,7 +81,7 @@ def step_cfg(
 ) -> DictConfig:
     """ResNet-18 with CIFAR's small-image stem at 32 px by default (nothing is loaded: the
     batches are random tensors); above 64 px the backbone gets its ImageNet stem."""
-    from solo_ext.pretrain import parse_cfg
+    from solo_ext.commands.pretrain import parse_cfg
 
     aug = {"crop_size": crop_size, "num_crops": 3 if method == "bcl" else 2}
     method_kwargs = {**(TINY_KWARGS if tiny else {}), **kwargs}

@@ -33,8 +33,8 @@ from omegaconf import DictConfig
 
 from solo_ext.common import did_you_mean
 from solo_ext.config import ConfigError, Option, check_given, declared, select
-from solo_ext.data.datasets import DATA_KEYS
-from solo_ext.data.samplers import LongTailSampler
+from solo_ext.data.options import DATA_KEYS
+from solo_ext.data.samplers import LongTailSampler, targets_of
 
 # solo-learn's mixed-decoder paddings (nvJPEG's buffers, sized for ImageNet)
 _DEVICE_PADDING, _HOST_PADDING = 211025920, 140544512
@@ -500,8 +500,6 @@ def dali_loader(
     order of ``sampler`` (rank and world from ``torch.distributed`` once it is up), through
     ``transforms``, on ``device`` (``gpu``: the process's GPU; check it with
     :func:`dali_device`), ``max(1, num_workers)`` DALI threads, seeded with ``seed + rank``."""
-    from solo_ext.data.datasets import targets_of
-
     local_rank = int(os.environ.get("LOCAL_RANK", 0))
     rank = int(os.environ.get("RANK", local_rank))
     labels = targets_of(train_set)

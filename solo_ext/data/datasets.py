@@ -13,6 +13,7 @@ from torch.utils.data import Dataset
 from torchvision import datasets as tvd
 from torchvision.datasets.folder import IMG_EXTENSIONS
 
+import solo_ext.facts as F
 from solo_ext.config import (
     ConfigError,
     Option,
@@ -21,8 +22,8 @@ from solo_ext.config import (
     fill_options,
     select,
 )
-from solo_ext.data import facts as F
 from solo_ext.data import lt_datasets as lt
+from solo_ext.data.options import DATA_KEYS, DATA_OPTIONS, LT_OPTIONS
 from solo_ext.data.synthetic import SYNTHETIC_OPTIONS, check_synthetic
 
 # the torchvision class of each dataset whose images torchvision reads (by its solo-learn name)
@@ -33,38 +34,6 @@ DATASETS = tuple(F.DATASETS)
 
 def _class_folders(path: str) -> list[str]:
     return sorted(e.name for e in os.scandir(path) if e.is_dir())
-
-
-BAD_IMAGE_MODES = ("error", "skip", "off")
-
-# the keys of ``data`` that solo-ext reads, declared once: filled from here and checked against
-# their declaration when given, whatever the dataset (paths and split files are checked on disk)
-DATA_OPTIONS: dict[str, Option] = {
-    "format": Option("image_folder", "str", choices=("image_folder", "dali")),
-    "num_workers": Option(4, "int", 0),
-    "no_labels": Option(False, "bool"),
-    # solo-learn's subset of a dataset: solo-ext trains on whole ones (-1 or 1)
-    "fraction": Option(-1, "float", -1, 1),
-    "download": Option(False, "bool"),
-    "many_threshold": Option(F.MANY_THRESHOLD, "int", 1),
-    "few_threshold": Option(F.FEW_THRESHOLD, "int", 0),
-    # image folders: files PIL cannot open stop the start ("error"), are left out and counted
-    # ("skip"), or are not looked for ("off")
-    "bad_images": Option("error", "str", choices=BAD_IMAGE_MODES),
-    "num_classes": Option(None, "int", 2, nullable=True),  # None: the data decides
-}
-# the keys of the long-tailed datasets (imbalance_factor None: 100, synthetic_lt 10; lt_n_max,
-# custom_lt's largest class: None, the largest profile every class of the source can fill)
-LT_OPTIONS: dict[str, Option] = {
-    "imbalance_factor": Option(None, "float", 1, nullable=True),
-    "lt_seed": Option(0, "int", 0),
-    "lt_n_max": Option(None, "int", 1, nullable=True),
-}
-# all of them by their dotted key from the config's root (what a command checks when given)
-DATA_KEYS: dict[str, Option] = {
-    **{f"data.{key}": option for key, option in {**DATA_OPTIONS, **LT_OPTIONS}.items()},
-    **{f"data.synthetic.{key}": option for key, option in SYNTHETIC_OPTIONS.items()},
-}
 
 
 def _check_class_folders(key: str, path: str) -> None:
@@ -296,20 +265,6 @@ def _long_tailed(
 
     counts = lt_counts(n_max, len(classes), data.imbalance_factor)
     return lt.balanced(base, targets, classes, counts, transform=transform, **thresholds)
-
-
-def targets_of(dataset: Dataset) -> list[int] | None:
-    """The label of every item of a dataset built here or by solo-learn (None: unlabelled)."""
-    inner = getattr(dataset, "dataset", None)  # IndexedNCrop
-    for obj in (dataset, inner):
-        samples = getattr(obj, "samples", None)  # ImageFolder (solo-learn's data.fraction
-        if samples is not None:  # shortens the samples, not the targets)
-            return [int(label) for _, label in samples]
-        for attr in ("targets", "labels"):  # torchvision's CIFAR; STL10
-            value = getattr(obj, attr, None)
-            if value is not None:
-                return [int(t) for t in value]
-    return None
 
 
 def _counts_file(data: DictConfig) -> tuple[str, dict[str, Any]] | None:

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from numbers import Real
 
 from solo_ext.common import check_int
-from solo_ext.data.facts import FEW_THRESHOLD, MANY_THRESHOLD
+from solo_ext.facts import FEW_THRESHOLD, MANY_THRESHOLD
 
 SHOT_GROUPS: tuple[str, str, str] = ("many", "medium", "few")
 

@@ -17,8 +17,8 @@ from torch.utils.data import Dataset
 from torchvision.datasets.folder import default_loader
 
 from solo_ext.config import ConfigError
-from solo_ext.data.facts import FEW_THRESHOLD, MANY_THRESHOLD
 from solo_ext.data.longtail import lt_counts, shot_groups
+from solo_ext.facts import FEW_THRESHOLD, MANY_THRESHOLD
 
 
 class LongTailDataset(Dataset):

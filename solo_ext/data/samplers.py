@@ -344,3 +344,17 @@ def fill_sampler_cfg(cfg: Any, total_epochs: int) -> dict[str, Any] | None:
     if name == "progressive" and kwargs.get("total_epochs") is None:
         section.total_epochs = kwargs["total_epochs"] = total_epochs
     return {"name": name, **kwargs}
+
+
+def targets_of(dataset: Any) -> list[int] | None:
+    """The label of every item of a dataset built here or by solo-learn (None: unlabelled)."""
+    inner = getattr(dataset, "dataset", None)  # IndexedNCrop
+    for obj in (dataset, inner):
+        samples = getattr(obj, "samples", None)  # ImageFolder (solo-learn's data.fraction
+        if samples is not None:  # shortens the samples, not the targets)
+            return [int(label) for _, label in samples]
+        for attr in ("targets", "labels"):  # torchvision's CIFAR; STL10
+            value = getattr(obj, attr, None)
+            if value is not None:
+                return [int(t) for t in value]
+    return None

@@ -18,8 +18,8 @@ import torch
 from PIL import Image
 
 from solo_ext.config import ConfigError, Option
-from solo_ext.data.facts import FEW_THRESHOLD, MANY_THRESHOLD, facts
 from solo_ext.data.longtail import _check_int, lt_counts, shot_groups
+from solo_ext.facts import FEW_THRESHOLD, MANY_THRESHOLD, facts
 
 # ``data.synthetic`` of synthetic_lt, declared once: the config's defaults and the constructor's
 SYNTHETIC_OPTIONS: dict[str, Option] = {

@@ -26,7 +26,7 @@ from torchvision import transforms as T
 from torchvision.transforms import functional as TF
 
 from solo_ext.config import ConfigError, Option, check_given, select
-from solo_ext.data.facts import facts
+from solo_ext.facts import facts
 
 _PROB = {"kind": "float", "low": 0, "high": 1}
 # the crops' resampling (``rrc.interpolation``): bilinear is the published one (torchvision's

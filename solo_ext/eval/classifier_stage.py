@@ -29,7 +29,7 @@ from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
 from solo_ext.config import IN_CONF, Option, check_given, conf_options, select
-from solo_ext.data.facts import facts
+from solo_ext.facts import facts
 
 # null: decided by the dataset (below); the defaults are solo-ext-linear's packaged conf file's
 CLASSIFIER_STAGE_OPTIONS: dict[str, Option] = conf_options(

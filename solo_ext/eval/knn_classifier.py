@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from solo_ext.data.facts import FEW_THRESHOLD, MANY_THRESHOLD
+from solo_ext.facts import FEW_THRESHOLD, MANY_THRESHOLD
 from solo_ext.modules.knn import DISTANCES, WeightedKNNClassifier, knn_predict
 
 __all__ = ["DISTANCES", "LongTailKNN", "WeightedKNNClassifier", "knn_predict"]

@@ -15,8 +15,8 @@ import torch
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from solo_ext.data.facts import FEW_THRESHOLD, MANY_THRESHOLD
 from solo_ext.data.longtail import SHOT_GROUPS, shot_groups
+from solo_ext.facts import FEW_THRESHOLD, MANY_THRESHOLD
 from solo_ext.modules.knn import top1_top5_hits
 
 GROUP_COLORS = {"many": "tab:blue", "medium": "tab:orange", "few": "tab:red"}

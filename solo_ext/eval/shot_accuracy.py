@@ -9,8 +9,8 @@ from collections.abc import Sequence
 import torch
 from torchmetrics import Metric
 
-from solo_ext.data.facts import FEW_THRESHOLD, MANY_THRESHOLD
 from solo_ext.data.longtail import SHOT_GROUPS, shot_groups
+from solo_ext.facts import FEW_THRESHOLD, MANY_THRESHOLD
 
 
 class ShotGroupAccuracy(Metric):

@@ -8,9 +8,8 @@ import re
 import sys
 from pathlib import Path
 
-from solo_ext.cli import one_line_errors
 from solo_ext.common import atomic_write_text
-from solo_ext.config import ConfigError
+from solo_ext.config import ConfigError, one_line_errors
 
 PROG = "solo-ext-leaderboard"
 

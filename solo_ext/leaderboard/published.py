@@ -178,7 +178,9 @@ def protocol_defaults(method: str) -> dict[str, Any]:
     keys = PROTOCOL_OPTIONS.get(method, ())
     if not keys:
         return {}
-    from solo_ext.registry import load  # the method's module (and its host): only when needed
+    from solo_ext.methods.registry import (
+        load,  # the method's module (and its host): only when needed
+    )
 
     declared = load(method).METHOD_KWARGS
     return {key: declared[key].default for key in keys if key in declared}
@@ -212,8 +214,8 @@ def published_stage(dataset: str) -> dict[str, str]:
     """The classifier stage a linear number on ``dataset`` is held to when no published row
     gives one: on a long-tailed dataset DSCL's published stage (the default of both doors
     there); on a balanced one none (solo-learn's linear configs differ by method)."""
-    from solo_ext.data.facts import facts
     from solo_ext.eval.classifier_stage import LONG_TAIL_SAMPLER, LONG_TAIL_STAGE, PUBLISHED_STAGE
+    from solo_ext.facts import facts
 
     if not facts(dataset).long_tailed:
         return {}

@@ -248,7 +248,7 @@ def _args_stage(args: dict[str, Any]) -> dict[str, Any]:
         stage["batch"] = batch
     if _float(lr) is not None:
         stage["lr"] = _float(lr)
-    from solo_ext.linear_stage import STAGE_SCHEDULE_NAMES
+    from solo_ext.commands.linear_stage import STAGE_SCHEDULE_NAMES
 
     name = _get(args, "scheduler.name")
     if isinstance(name, str):

@@ -9,9 +9,8 @@ import statistics
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from solo_ext.data.facts import FEW_THRESHOLD, MANY_THRESHOLD, facts
 from solo_ext.data.longtail import shot_groups
-from solo_ext.environment import summary
+from solo_ext.facts import FEW_THRESHOLD, MANY_THRESHOLD, facts
 from solo_ext.leaderboard.published import (
     Published,
     augmentation_differences,
@@ -24,6 +23,7 @@ from solo_ext.leaderboard.published import (
 )
 from solo_ext.leaderboard.recipe import recipe_differences
 from solo_ext.leaderboard.runs import EVALUATIONS, GROUPS, METRICS, Run, shown
+from solo_ext.runs.environment import summary
 
 PUBLISHED, MEASURED = "published", "measured"
 MISSING = "—"

@@ -1,1 +1,1 @@
-"""solo-ext's methods, one file each; ``solo_ext.registry`` registers them into the host."""
+"""solo-ext's methods, one file each; ``solo_ext.methods.registry`` registers them into the host."""

@@ -18,9 +18,9 @@ from omegaconf import DictConfig
 
 from solo_ext.common import announce
 from solo_ext.config import ConfigError, Option, check_options, fill_options, world_size
-from solo_ext.data.facts import FEW_THRESHOLD, MANY_THRESHOLD
 from solo_ext.eval.knn_classifier import LongTailKNN
 from solo_ext.eval.shot_accuracy import HeadAccuracy
+from solo_ext.facts import FEW_THRESHOLD, MANY_THRESHOLD
 from solo_ext.host import (
     BaseMomentumMethod,
     build_backbone,

@@ -44,7 +44,7 @@ import torch.nn.functional as F
 from omegaconf import DictConfig
 
 from solo_ext.config import HOST_OPTIONS, ConfigError, Option, declared
-from solo_ext.data.facts import facts
+from solo_ext.facts import facts
 from solo_ext.host import gather, omegaconf_select
 from solo_ext.losses.paco import gpaco_loss, paco_log_prior, paco_loss
 from solo_ext.methods.base import QUEUE_STARTS, MomentumQueueMethod

@@ -234,16 +234,16 @@ def linear_effective_values(
     cfg: DictConfig, keys: Iterable[str], door: str, width: int = 2048
 ) -> dict[str, Any]:
     """The effective values of a linear (classifier stage) recipe ``cfg`` resolved by ``door``
-    (``solo-ext-linear``: :func:`solo_ext.linear.resolve`; ``main_linear.py``: solo-learn's
+    (``solo-ext-linear``: :func:`solo_ext.commands.linear.resolve`; ``main_linear.py``: solo-learn's
     ``parse_cfg`` through the bridge), the lr of each epoch from the door's own optimizer and
-    schedule (``solo_ext.linear_stage.SGDSchedule``; solo-learn's ``LinearModel``)."""
+    schedule (``solo_ext.commands.linear_stage.SGDSchedule``; solo-learn's ``LinearModel``)."""
     from solo_ext.eval.classifier_stage import train_augmentation_entry
 
     keys = list(keys)
     epochs = sorted({int(k.split(".", 1)[1]) for k in keys if k.startswith("lr_at.")} | {0})
     if door == "solo-ext-linear":
-        from solo_ext.linear import stage_sampler
-        from solo_ext.linear_stage import SGDSchedule
+        from solo_ext.commands.linear import stage_sampler
+        from solo_ext.commands.linear_stage import SGDSchedule
 
         schedule = SGDSchedule.from_cfg(cfg)
         lr = schedule.lr

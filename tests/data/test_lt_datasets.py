@@ -11,7 +11,7 @@ import pytest
 from omegaconf import OmegaConf
 from PIL import Image
 
-from solo_ext import make_lt
+from solo_ext.commands import make_lt
 from solo_ext.config import ConfigError
 from solo_ext.data import datasets as ds
 from solo_ext.data.longtail import lt_counts
@@ -66,7 +66,7 @@ def test_cifar100_lt_builder_end_to_end(tmp_path, monkeypatch):
     monkeypatch.setattr(tvd.cifar, "check_integrity", lambda *a, **k: True)
     import dataclasses
 
-    from solo_ext.data import facts
+    from solo_ext import facts
 
     tiny = dataclasses.replace(facts.DATASETS["cifar10_lt"], images_per_class=10)
     monkeypatch.setitem(facts.DATASETS, "cifar10_lt", tiny)  # n_max 10 for tiny data

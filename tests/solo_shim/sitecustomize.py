@@ -114,12 +114,12 @@ if os.environ.get("SOLO_EXT_TEST_CIFAR_UNCHECKED"):
 
 
 if AFTER:
-    from solo_ext._autoload import AfterImport  # imports nothing else
+    from solo_ext.solo_learn.autoload import AfterImport  # imports nothing else
 
     sys.meta_path.insert(0, AfterImport(AFTER))
 
 if os.environ.get("SOLO_EXT_TEST_RENAME"):
-    from solo_ext._autoload import AfterImport, _SoloExtHook
+    from solo_ext.solo_learn.autoload import AfterImport, _SoloExtHook
 
     _target, _path = os.environ["SOLO_EXT_TEST_RENAME"].split(":")
 

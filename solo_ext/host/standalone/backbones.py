@@ -12,7 +12,7 @@ import timm
 import torchvision
 from torch import nn
 
-from solo_ext.data.facts import facts
+from solo_ext.facts import facts
 from solo_ext.modules.resnet_cifar import cifar_resnet32
 from solo_ext.modules.stem import OPTION, set_small_image_stem
 

@@ -17,7 +17,7 @@ from torch import nn
 
 from solo_ext.common import atomic_write_text
 from solo_ext.config import ConfigError
-from solo_ext.environment import of_trainer
+from solo_ext.runs.environment import of_trainer
 
 
 def new_run_id(logdir: str | Path) -> str:

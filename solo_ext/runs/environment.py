@@ -15,6 +15,7 @@ from __future__ import annotations
 import importlib.metadata
 import os
 import platform
+import re
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -55,14 +56,47 @@ def _cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+def solo_learn_version() -> str:
+    """``solo-learn <release>`` and `` (commit <sha>)`` when the checkout says so."""
+    try:
+        import solo
+    except ImportError:
+        return "solo-learn (not importable)"
+    root = os.path.dirname(os.path.dirname(os.path.abspath(solo.__file__)))
+    version = None
+    try:
+        from importlib.metadata import PackageNotFoundError
+        from importlib.metadata import version as dist_version
+
+        version = dist_version("solo-learn")
+    except (ImportError, PackageNotFoundError):
+        setup = os.path.join(root, "setup.py")
+        if os.path.isfile(setup):
+            with open(setup) as f:
+                found = re.search(r"version\s*=\s*[\"']([^\"']+)", f.read())
+            version = found.group(1) if found else None
+    text = f"solo-learn {version or '(unknown version)'}"
+    if os.path.exists(os.path.join(root, ".git")):
+        try:
+            sha = subprocess.run(
+                ["git", "-C", root, "rev-parse", "--short", "HEAD"],
+                capture_output=True,
+                text=True,
+                timeout=10,
+            ).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            sha = ""
+        if sha:
+            text += f" (commit {sha})"
+    return text
+
+
 def _solo_learn() -> dict[str, Any] | None:
     from solo_ext.host import HOST
 
     if HOST != "solo":
         return None
     import solo
-
-    from solo_ext.bridge_check import solo_learn_version
 
     source = Path(solo.__file__).resolve().parent.parent
     return {"release": solo_learn_version(), "path": str(source)}

@@ -24,8 +24,7 @@ from lightning.pytorch.strategies import StrategyRegistry
 from omegaconf import DictConfig, OmegaConf
 from torch.utils.data import DataLoader
 
-from solo_ext.checkpoint import check_fits, checkpoint_callbacks, new_run_id, read_checkpoint
-from solo_ext.cli import hydra_entry
+from solo_ext.commands.entry import hydra_entry
 from solo_ext.common import did_you_mean
 from solo_ext.config import (
     BACKBONE_OPTIONS,
@@ -54,17 +53,18 @@ from solo_ext.data.datasets import (
     fill_data_cfg,
     train_class_counts,
 )
-from solo_ext.data.facts import facts
 from solo_ext.data.samplers import build_sampler, fill_sampler_cfg
 from solo_ext.data.transforms import (
     build_eval_transform,
     build_pretrain_transform,
     check_augmentations,
 )
-from solo_ext.environment import of_trainer
+from solo_ext.facts import facts
 from solo_ext.host import BACKBONES, METHODS, build_backbone, omegaconf_select
-from solo_ext.registry import register
-from solo_ext.resume import (
+from solo_ext.methods.registry import method_transform, register
+from solo_ext.runs.checkpoint import check_fits, checkpoint_callbacks, new_run_id, read_checkpoint
+from solo_ext.runs.environment import of_trainer
+from solo_ext.runs.resume import (
     AtomicCheckpointIO,
     EpochSeed,
     find_auto_resume,
@@ -247,13 +247,6 @@ def parse_cfg(cfg: DictConfig) -> DictConfig:
     return cfg
 
 
-def method_transform(cfg: DictConfig) -> Any:
-    """The loader transform a method asks for (PBSD's views), None for the usual crops (and
-    for solo-learn's own methods, which ask for none)."""
-    hook = getattr(METHODS.get(cfg.get("method")), "pretrain_transform", None)
-    return hook(cfg) if hook is not None else None
-
-
 def build_loaders(cfg: DictConfig) -> tuple[DataLoader, DataLoader | None]:
     data = cfg.data
     dali = data.format == "dali"
@@ -405,7 +398,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
     result: dict[str, Any] = {"run_dir": str(run_dir), "metrics": metrics, "model": model}
     if cfg.knn_eval.enabled and trainer.is_global_zero:
-        from solo_ext.knn import evaluate_model
+        from solo_ext.commands.knn import evaluate_model
 
         out_dir = run_dir if cfg.checkpoint.enabled else None
         result["knn"] = evaluate_model(model.backbone, cfg, k=cfg.knn_eval.k, out_dir=out_dir)

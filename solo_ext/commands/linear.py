@@ -49,7 +49,16 @@ from omegaconf import DictConfig, OmegaConf
 from torch import nn
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, TensorDataset
 
-from solo_ext.cli import hydra_entry
+from solo_ext.commands.entry import hydra_entry
+from solo_ext.commands.linear_stage import (
+    SCHEDULE_OPTIONS,
+    STAGE_SCHEDULE_NAMES,
+    FrozenBackboneClassifier,
+    LinearProbe,
+    SGDSchedule,
+    train_transform,
+)
+from solo_ext.commands.pretrain import RUN_OPTIONS
 from solo_ext.config import (
     IN_CONF,
     Option,
@@ -61,10 +70,10 @@ from solo_ext.config import (
     world_size,
 )
 from solo_ext.data.dali import check_dali_keys
-from solo_ext.data.datasets import DATA_KEYS, build_dataset, targets_of
-from solo_ext.data.samplers import build_sampler, fill_sampler_cfg
+from solo_ext.data.datasets import build_dataset
+from solo_ext.data.options import DATA_KEYS
+from solo_ext.data.samplers import build_sampler, fill_sampler_cfg, targets_of
 from solo_ext.data.transforms import build_eval_transform
-from solo_ext.environment import environment
 from solo_ext.eval.classifier_stage import (
     CLASSIFIER_STAGE_OPTIONS,
     LONG_TAIL_SAMPLER,
@@ -75,16 +84,8 @@ from solo_ext.eval.classifier_stage import (
     train_augmentation_entry,
 )
 from solo_ext.eval.common import extract_features, report, split_features
-from solo_ext.linear_stage import (
-    SCHEDULE_OPTIONS,
-    STAGE_SCHEDULE_NAMES,
-    FrozenBackboneClassifier,
-    LinearProbe,
-    SGDSchedule,
-    train_transform,
-)
-from solo_ext.pretrain import RUN_OPTIONS
-from solo_ext.runs import load_for_eval
+from solo_ext.runs.environment import environment
+from solo_ext.runs.load import load_for_eval
 
 # top-level keys of solo-learn's linear configs that this command accepts and does not use
 SOLO_LINEAR_KEYS = (

@@ -22,17 +22,17 @@ from omegaconf import DictConfig, OmegaConf
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from solo_ext.cli import hydra_entry
+from solo_ext.commands.entry import hydra_entry
 from solo_ext.config import IN_CONF, ConfigError, Option, check_given, conf_options, fill_defaults
 from solo_ext.data.datasets import build_dataset
-from solo_ext.data.facts import DATASETS, facts
 from solo_ext.data.synthetic import PART_CLASSES
 from solo_ext.data.transforms import build_eval_transform
-from solo_ext.environment import environment
 from solo_ext.eval.metrics_file import update_metrics
 from solo_ext.eval.segmentation import confusion, plot_predictions, segmentation_report
+from solo_ext.facts import DATASETS, facts
 from solo_ext.modules.feature_maps import feature_map
-from solo_ext.runs import load_for_eval
+from solo_ext.runs.environment import environment
+from solo_ext.runs.load import load_for_eval
 
 
 @torch.no_grad()

@@ -4,9 +4,10 @@ The wheel installs ``solo_ext_autoload.pth``, which imports this module at inter
 (unless ``SOLO_EXT_AUTOLOAD=0``). It only adds a meta-path finder: nothing else is imported until
 one of a few solo-learn modules is. Right after ``solo.methods`` is executed,
 ``solo_ext.register()`` adds solo-ext's methods to ``solo.methods.METHODS``; right after its
-argument and data modules are, ``solo_ext.bridge`` patches them (samplers, long-tailed datasets,
-the dataset table), before any script binds their names. So ``python main_pretrain.py
-method=dscl data.sampler.name=class_balanced`` works in an unmodified solo-learn checkout.
+argument and data modules are, this package's patches apply to them (samplers,
+long-tailed datasets, the dataset table), before any script binds their names. So
+``python main_pretrain.py method=dscl data.sampler.name=class_balanced`` works in an unmodified
+solo-learn checkout.
 """
 
 from __future__ import annotations
@@ -17,20 +18,8 @@ import sys
 from collections.abc import Callable
 from types import ModuleType
 
-_TARGET = "solo.methods"
-# patched by solo_ext.bridge (kept in step with its PATCHES; a test checks)
-_BRIDGED = (
-    "solo.args.pretrain",
-    "solo.args.linear",
-    "solo.args.dataset",
-    "solo.args.knn",
-    "solo.data.pretrain_dataloader",
-    "solo.data.classification_dataloader",
-    "solo.data.dali_dataloader",
-    "solo.methods.linear",
-    "solo.utils.checkpointer",
-    "solo.utils.auto_resumer",
-)
+from solo_ext.solo_learn import METHODS_MODULE as _TARGET
+from solo_ext.solo_learn import PATCHES
 
 
 def _register_into_solo() -> None:
@@ -39,7 +28,7 @@ def _register_into_solo() -> None:
         # solo_ext.host is importing solo-learn itself; solo-ext's entry points register then.
         return
     try:
-        from solo_ext.registry import register
+        from solo_ext.methods.registry import register
 
         register()
     except Exception as err:  # never break solo-learn's own configs because of the plugin
@@ -48,7 +37,7 @@ def _register_into_solo() -> None:
 
 def _bridge(module) -> None:
     try:
-        from solo_ext.bridge import patch
+        from solo_ext.solo_learn.patch import patch
 
         patch(module)
     except Exception as err:  # never break solo-learn's own configs because of the plugin
@@ -58,7 +47,7 @@ def _bridge(module) -> None:
 def _broken(module: str, what: str) -> None:
     """Records what cannot work: a config that uses solo-ext then stops in one line naming it
     (in ``parse_cfg``); one that does not runs, undisturbed."""
-    from solo_ext.bridge_check import record_broken
+    from solo_ext.solo_learn.check import record_broken
 
     record_broken(module, what)
 
@@ -109,7 +98,7 @@ class _SoloExtHook(AfterImport):
 
     def __init__(self):
         super().__init__(
-            {_TARGET: lambda module: _register_into_solo(), **dict.fromkeys(_BRIDGED, _bridge)}
+            {_TARGET: lambda module: _register_into_solo(), **dict.fromkeys(PATCHES, _bridge)}
         )
 
 
@@ -119,7 +108,7 @@ def install() -> None:
         return
     if any(isinstance(f, _SoloExtHook) for f in sys.meta_path):
         return
-    for name in _BRIDGED:  # imported before the hook: extend now
+    for name in PATCHES:  # imported before the hook: extend now
         if name in sys.modules:
             _bridge(sys.modules[name])
     if _TARGET in sys.modules:

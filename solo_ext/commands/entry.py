@@ -1,21 +1,20 @@
-"""Shared plumbing of the command-line entry points."""
+"""What the console commands share: quiet Hydra, absolute ``--config-path``, one-line errors."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import hydra
 from omegaconf import DictConfig
 
-from solo_ext.common import HostError
-from solo_ext.config import ConfigError
+from solo_ext.config import one_line_errors
 
-# Errors a user can fix from the message alone: printed as one line, no traceback.
-USER_ERRORS = (ConfigError, HostError, FileNotFoundError)
+# the packaged defaults of the commands (solo_ext/conf/<command>.yaml)
+CONF = str(Path(__file__).resolve().parent.parent / "conf")
 
 # Hydra writes nothing and keeps the working directory, as solo-learn's configs ask for.
 _HYDRA_QUIET = {
@@ -48,23 +47,12 @@ def hydra_argv(argv: list[str]) -> list[str]:
     return out[:at] + quiet + out[at:]
 
 
-@contextlib.contextmanager
-def one_line_errors(prog: str) -> Iterator[None]:
-    """Turns user errors into ``<prog>: error: <message>`` on stderr and exit status 2."""
-    try:
-        yield
-    except USER_ERRORS as err:
-        message = str(err).splitlines()[0] if str(err) else type(err).__name__
-        print(f"{prog}: error: {message}", file=sys.stderr)
-        raise SystemExit(2) from None
-
-
 def hydra_entry(prog: str, run: Callable[[DictConfig], Any], config_name: str | None = None):
     """The ``main()`` of a Hydra entry point: quiet Hydra, one-line errors, and the packaged
     defaults ``solo_ext/conf/<config_name>.yaml`` (none for solo-learn-style pretraining)."""
 
     @hydra.main(
-        version_base="1.2", config_path="conf" if config_name else None, config_name=config_name
+        version_base="1.2", config_path=CONF if config_name else None, config_name=config_name
     )
     def task(cfg: DictConfig) -> None:
         with one_line_errors(prog):

@@ -1,9 +1,9 @@
 """What the bridge needs of solo-learn, checked when each patch is applied, and the one line that
 stops a config using solo-ext when a need is missing.
 
-solo-learn has no plugin interface beyond its method registry: ``solo_ext.bridge`` and the
-method registration rely on names (some private) of a few solo-learn modules. Each is declared
-here (:data:`NEEDS`) and looked for before its module is patched. When one is missing (a
+solo-learn has no plugin interface beyond its method registry: ``solo_ext.solo_learn``
+and the method registration rely on names (some private) of a few solo-learn modules. Each is
+declared here (:data:`NEEDS`) and looked for before its module is patched. When one is missing (a
 solo-learn that renamed it), nothing of that module is patched, the name is recorded
 (:data:`BROKEN`), and any config that uses a solo-ext method, dataset or key stops in one line
 naming solo-learn's version (and commit, when known) and the missing name: never a run without
@@ -12,17 +12,15 @@ the sampler, dataset or metrics it asked for. Configs that use none of solo-ext 
 
 from __future__ import annotations
 
-import argparse
+import importlib
 import inspect
-import os
-import re
-import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
-from solo_ext.data.facts import SOLO_EXT_ONLY
+from solo_ext.facts import SOLO_EXT_ONLY
+from solo_ext.runs.environment import solo_learn_version
 
 # the solo-learn release and commit the bridge is tested with (README, "Inside a real solo-learn
 # checkout")
@@ -38,13 +36,13 @@ class Need:
     present: Callable[[ModuleType], bool]
 
 
-def _attr(name: str, kind: type | None = None) -> Need:
+def attribute(name: str, kind: type | None = None) -> Need:
     return Need(
         name, lambda m: hasattr(m, name) and (kind is None or isinstance(getattr(m, name), kind))
     )
 
 
-def _function(name: str, *params: str) -> Need:
+def function(name: str, *params: str) -> Need:
     """``name(*params)``: a callable whose signature has these parameters, in this order."""
 
     def present(module: ModuleType) -> bool:
@@ -57,7 +55,7 @@ def _function(name: str, *params: str) -> Need:
     return Need(f"{name}({', '.join(params)})", present)
 
 
-def _calls_globals(name: str, *called: str) -> Need:
+def calls_globals(name: str, *called: str) -> Need:
     """``name`` looks ``called`` up among its module's globals, so patching those reaches it."""
 
     def present(module: ModuleType) -> bool:
@@ -67,19 +65,7 @@ def _calls_globals(name: str, *called: str) -> Need:
     return Need(f"{name} calling {', '.join(called)} through the module", present)
 
 
-def _dataset_choices(module: ModuleType) -> bool:
-    """``dataset_args(parser)`` adds ``--dataset`` with a list of choices (argparse's private
-    ``_option_string_actions`` is how the bridge reaches it)."""
-    parser = argparse.ArgumentParser(add_help=False)
-    try:
-        module.dataset_args(parser)
-        action = parser._option_string_actions["--dataset"]
-    except Exception:  # noqa: BLE001  (any failure: the contract is not there)
-        return False
-    return isinstance(action.choices, list | tuple)
-
-
-def _method_of(cls_name: str, *methods: str) -> Need:
+def method_of(cls_name: str, *methods: str) -> Need:
     """``cls_name`` defines ``methods`` itself (or through a solo-learn base class), not only
     through Lightning's defaults."""
 
@@ -94,7 +80,7 @@ def _method_of(cls_name: str, *methods: str) -> Need:
     return Need(f"{cls_name}.{', '.join(methods)}", present)
 
 
-def _sets(cls_name: str, method: str, *attributes: str) -> Need:
+def sets(cls_name: str, method: str, *attributes: str) -> Need:
     """``cls_name.method`` sets these attributes (the bridge sets them instead on a resume)."""
 
     def present(module: ModuleType) -> bool:
@@ -104,49 +90,6 @@ def _sets(cls_name: str, method: str, *attributes: str) -> Need:
 
     return Need(f"{cls_name}.{method} setting {', '.join(attributes)}", present)
 
-
-_ARGS = (
-    _function("parse_cfg", "cfg"),
-    _attr("_SUPPORTED_DATASETS", list),
-    _attr("_N_CLASSES_PER_DATASET", dict),
-)
-NEEDS: dict[str, tuple[Need, ...]] = {
-    "solo.args.pretrain": _ARGS,
-    "solo.args.linear": _ARGS,
-    "solo.args.dataset": (
-        _function("dataset_args", "parser"),
-        Need("dataset_args(parser) adding --dataset with choices", _dataset_choices),
-    ),
-    "solo.args.knn": (_function("parse_args_knn"),),
-    "solo.data.pretrain_dataloader": (
-        _function("build_transform_pipeline", "dataset", "cfg"),
-        _function("prepare_datasets", "dataset", "transform"),
-        _function("prepare_dataloader", "train_dataset", "batch_size", "num_workers"),
-    ),
-    "solo.data.classification_dataloader": (
-        _function("prepare_transforms", "dataset"),
-        _function("prepare_datasets", "dataset", "T_train", "T_val"),
-        _function(
-            "prepare_dataloaders", "train_dataset", "val_dataset", "batch_size", "num_workers"
-        ),
-        _calls_globals(
-            "prepare_data", "prepare_transforms", "prepare_datasets", "prepare_dataloaders"
-        ),
-    ),
-    "solo.data.dali_dataloader": (
-        _function("build_transform_pipeline_dali", "dataset", "cfg", "dali_device"),
-        _method_of("PretrainDALIDataModule", "setup", "train_dataloader"),
-        _method_of("ClassificationDALIDataModule", "setup", "train_dataloader"),
-    ),
-    "solo.methods.linear": (
-        _method_of("LinearModel", "validation_step", "on_validation_epoch_end"),
-    ),
-    "solo.utils.checkpointer": (
-        _method_of("Checkpointer", "initial_setup", "save_args", "save"),
-        _sets("Checkpointer", "initial_setup", "path", "ckpt_placeholder", "last_ckpt"),
-    ),
-    "solo.utils.auto_resumer": (_method_of("AutoResumer", "find_checkpoint"),),
-}
 
 # module -> what is missing there ("<module> has no <need>", or why the methods could not be
 # registered), in the order found
@@ -158,9 +101,16 @@ def record_broken(module: str, what: str) -> None:
     BROKEN.setdefault(module, what)
 
 
+def needs_of(target: str) -> tuple[Need, ...]:
+    """What the patch of the solo-learn module ``target`` needs (its module's ``NEEDS``)."""
+    from solo_ext.solo_learn import PATCHES
+
+    return importlib.import_module(f"solo_ext.solo_learn.{PATCHES[target]}").NEEDS
+
+
 def missing(module: ModuleType) -> str | None:
     """The first need of ``module`` that it lacks, None when it has them all."""
-    for need in NEEDS.get(module.__name__, ()):
+    for need in needs_of(module.__name__):
         try:
             ok = need.present(module)
         except (TypeError, ValueError):  # a signature inspect cannot read
@@ -170,48 +120,14 @@ def missing(module: ModuleType) -> str | None:
     return None
 
 
-def solo_learn_version() -> str:
-    """``solo-learn <release>`` and `` (commit <sha>)`` when the checkout says so."""
-    try:
-        import solo
-    except ImportError:
-        return "solo-learn (not importable)"
-    root = os.path.dirname(os.path.dirname(os.path.abspath(solo.__file__)))
-    version = None
-    try:
-        from importlib.metadata import PackageNotFoundError
-        from importlib.metadata import version as dist_version
-
-        version = dist_version("solo-learn")
-    except (ImportError, PackageNotFoundError):
-        setup = os.path.join(root, "setup.py")
-        if os.path.isfile(setup):
-            with open(setup) as f:
-                found = re.search(r"version\s*=\s*[\"']([^\"']+)", f.read())
-            version = found.group(1) if found else None
-    text = f"solo-learn {version or '(unknown version)'}"
-    if os.path.exists(os.path.join(root, ".git")):
-        try:
-            sha = subprocess.run(
-                ["git", "-C", root, "rev-parse", "--short", "HEAD"],
-                capture_output=True,
-                text=True,
-                timeout=10,
-            ).stdout.strip()
-        except (OSError, subprocess.SubprocessError):
-            sha = ""
-        if sha:
-            text += f" (commit {sha})"
-    return text
-
-
 def solo_ext_use(cfg: Any) -> str | None:
     """The first solo-ext method, dataset or key a (Hydra) config uses, as ``key=value``; None
     for a config of solo-learn alone."""
     from omegaconf import OmegaConf
 
-    from solo_ext.data.datasets import LT_OPTIONS, SYNTHETIC_OPTIONS
-    from solo_ext.registry import SOLO_EXT_METHODS
+    from solo_ext.data.datasets import SYNTHETIC_OPTIONS
+    from solo_ext.data.options import LT_OPTIONS
+    from solo_ext.methods.registry import SOLO_EXT_METHODS
 
     if not OmegaConf.is_config(cfg):
         cfg = OmegaConf.create(cfg)

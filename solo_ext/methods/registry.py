@@ -43,3 +43,12 @@ def register() -> dict[str, type]:
                 f"solo-ext: method {name!r} already exists in the host; not replaced", stacklevel=2
             )
     return METHODS
+
+
+def method_transform(cfg) -> object | None:
+    """The loader transform a method asks for (PBSD's views), None for the usual crops (and
+    for solo-learn's own methods, which ask for none)."""
+    from solo_ext.host import METHODS
+
+    hook = getattr(METHODS.get(cfg.get("method")), "pretrain_transform", None)
+    return hook(cfg) if hook is not None else None

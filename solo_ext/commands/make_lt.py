@@ -22,8 +22,7 @@ from typing import Any
 from omegaconf import OmegaConf
 from tqdm import tqdm
 
-from solo_ext.cli import one_line_errors
-from solo_ext.config import ConfigError
+from solo_ext.config import ConfigError, one_line_errors
 from solo_ext.data.datasets import LONG_TAILED, build_dataset, fill_data_cfg
 
 

@@ -11,12 +11,13 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
-from solo_ext.checkpoint import find_checkpoint, read_checkpoint
 from solo_ext.config import ConfigError, check_given
-from solo_ext.data.datasets import DATA_KEYS, fill_data_cfg
-from solo_ext.environment import warn_if_numbers_differ
+from solo_ext.data.datasets import fill_data_cfg
+from solo_ext.data.options import DATA_KEYS
 from solo_ext.host import build_backbone
-from solo_ext.run_backbone import merge_run_backbone
+from solo_ext.runs.backbone import merge_run_backbone
+from solo_ext.runs.checkpoint import find_checkpoint, read_checkpoint
+from solo_ext.runs.environment import warn_if_numbers_differ
 
 _PATHS = ("train_path", "val_path")
 

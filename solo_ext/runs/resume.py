@@ -33,9 +33,9 @@ from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 from omegaconf import DictConfig, OmegaConf
 
-from solo_ext.checkpoint import unreadable
 from solo_ext.common import SEED_STRIDE, announce, atomic_write, temporaries_of
 from solo_ext.config import run_default, select
+from solo_ext.runs.checkpoint import unreadable
 
 
 class AtomicSaveIO(TorchCheckpointIO):

@@ -25,9 +25,9 @@ from solo_ext.config import (
     select,
     world_size,
 )
-from solo_ext.data.facts import facts
 from solo_ext.data.transforms import normalize
 from solo_ext.eval.classifier_stage import init_classifier, published_train_transform
+from solo_ext.facts import facts
 from solo_ext.host import feature_dim
 
 # solo-learn's ``scheduler.name`` values that the probe follows, stepped once per epoch:

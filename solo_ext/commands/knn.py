@@ -17,12 +17,12 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
-from solo_ext.cli import hydra_entry
+from solo_ext.commands.entry import hydra_entry
 from solo_ext.config import IN_CONF, Option, check_given, conf_options, fill_defaults
-from solo_ext.environment import environment
 from solo_ext.eval.common import report, split_features
 from solo_ext.eval.knn_classifier import DISTANCES, knn_predict
-from solo_ext.runs import load_for_eval
+from solo_ext.runs.environment import environment
+from solo_ext.runs.load import load_for_eval
 
 
 def evaluate_model(

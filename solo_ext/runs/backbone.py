@@ -8,8 +8,8 @@ weights were trained in; a value it gives that differs from the run's stops in o
 both, before any backbone is built or weight loaded.
 
 Part of the core: it reads a JSON file and edits a config, and imports neither a host nor
-Lightning (``main_linear.py``'s ``parse_cfg`` calls it through ``solo_ext.bridge``,
-``solo-ext-linear`` through ``solo_ext.runs``).
+Lightning (``main_linear.py``'s ``parse_cfg`` calls it through ``solo_ext.solo_learn.args``,
+``solo-ext-linear`` through ``solo_ext.runs.load``).
 """
 
 from __future__ import annotations

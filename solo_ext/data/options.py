@@ -1,0 +1,39 @@
+"""The keys of ``data`` that solo-ext reads, declared once (the datasets, DALI and both doors
+check a given value against them)."""
+
+from __future__ import annotations
+
+import solo_ext.facts as F
+from solo_ext.config import Option
+from solo_ext.data.synthetic import SYNTHETIC_OPTIONS
+
+BAD_IMAGE_MODES = ("error", "skip", "off")
+
+# the keys of ``data`` that solo-ext reads, declared once: filled from here and checked against
+# their declaration when given, whatever the dataset (paths and split files are checked on disk)
+DATA_OPTIONS: dict[str, Option] = {
+    "format": Option("image_folder", "str", choices=("image_folder", "dali")),
+    "num_workers": Option(4, "int", 0),
+    "no_labels": Option(False, "bool"),
+    # solo-learn's subset of a dataset: solo-ext trains on whole ones (-1 or 1)
+    "fraction": Option(-1, "float", -1, 1),
+    "download": Option(False, "bool"),
+    "many_threshold": Option(F.MANY_THRESHOLD, "int", 1),
+    "few_threshold": Option(F.FEW_THRESHOLD, "int", 0),
+    # image folders: files PIL cannot open stop the start ("error"), are left out and counted
+    # ("skip"), or are not looked for ("off")
+    "bad_images": Option("error", "str", choices=BAD_IMAGE_MODES),
+    "num_classes": Option(None, "int", 2, nullable=True),  # None: the data decides
+}
+# the keys of the long-tailed datasets (imbalance_factor None: 100, synthetic_lt 10; lt_n_max,
+# custom_lt's largest class: None, the largest profile every class of the source can fill)
+LT_OPTIONS: dict[str, Option] = {
+    "imbalance_factor": Option(None, "float", 1, nullable=True),
+    "lt_seed": Option(0, "int", 0),
+    "lt_n_max": Option(None, "int", 1, nullable=True),
+}
+# all of them by their dotted key from the config's root (what a command checks when given)
+DATA_KEYS: dict[str, Option] = {
+    **{f"data.{key}": option for key, option in {**DATA_OPTIONS, **LT_OPTIONS}.items()},
+    **{f"data.synthetic.{key}": option for key, option in SYNTHETIC_OPTIONS.items()},
+}

@@ -1,0 +1,208 @@
+"""``solo.args.pretrain`` and ``solo.args.linear``: their ``parse_cfg``.
+
+It first checks solo-ext's keys (``data.sampler``, solo-ext's datasets and their keys, DALI
+combinations; one line naming key and value, before anything is built or written), then runs
+solo-learn's own, then checks a solo-ext method's ``method_kwargs`` (solo-learn would only when
+building the model), then adds the long-tailed training counts (``data.train_class_counts``) and
+the ResNet stem of 32 px datasets (``backbone.kwargs.small_image_stem``), and scales a generated
+dataset's online-classifier lr by the batch (solo-learn does only when ``data.val_path`` is
+given). The dataset lists solo-learn asserts on learn the long-tailed names.
+"""
+
+from __future__ import annotations
+
+import os
+from types import ModuleType
+from typing import Any
+
+from solo_ext.common import announce
+from solo_ext.config import run_default
+from solo_ext.facts import SOLO_EXT_ONLY
+from solo_ext.solo_learn import parsed
+from solo_ext.solo_learn.check import attribute, function, stop_if_broken
+
+# the names of the solo-learn module this patch needs (checked before it applies)
+NEEDS = (
+    function("parse_cfg", "cfg"),
+    attribute("_SUPPORTED_DATASETS", list),
+    attribute("_N_CLASSES_PER_DATASET", dict),
+)
+
+
+def _check_checkpoint(cfg: Any) -> None:
+    """main_linear.py's checkpoint: given, and a file (solo-learn asserts without a message)."""
+    from omegaconf import OmegaConf
+
+    from solo_ext.config import ConfigError
+
+    key = "pretrained_feature_extractor"
+    value = None if OmegaConf.is_missing(cfg, key) else OmegaConf.select(cfg, key, default=None)
+    if value in (None, "None"):
+        raise ConfigError(f"{key} is missing: the .ckpt file of the pretraining run to evaluate")
+    if not os.path.isfile(str(value)):
+        raise ConfigError(f"{key}={value!r}: no such file")
+
+
+def _checkpoint_given(cfg: Any) -> bool:
+    from omegaconf import OmegaConf
+
+    key = "pretrained_feature_extractor"
+    if OmegaConf.is_missing(cfg, key):
+        return False
+    return OmegaConf.select(cfg, key, default=None) not in (None, "None")
+
+
+def _check_solo_ext_keys(cfg: Any, module: ModuleType) -> dict[str, Any] | None:
+    """solo-ext's keys, checked before solo-learn's ``parse_cfg`` fills anything in; returns
+    the sampler's arguments (None: no ``data.sampler``)."""
+    from omegaconf import OmegaConf
+
+    from solo_ext.config import check_given, declared
+    from solo_ext.data.datasets import fill_data_cfg
+    from solo_ext.data.options import DATA_KEYS
+    from solo_ext.data.samplers import fill_sampler_cfg
+    from solo_ext.eval.classifier_stage import (
+        LONG_TAIL_SAMPLER,
+        fill_classifier_stage,
+        stage_data_long_tailed,
+    )
+    from solo_ext.methods.registry import SOLO_EXT_METHODS, load
+    from solo_ext.runs.backbone import fill_run_backbone
+
+    OmegaConf.set_struct(cfg, False)
+    if module.__name__.endswith("linear") and _checkpoint_given(cfg):
+        _check_checkpoint(cfg)
+        # the run's backbone (args.json beside the checkpoint): every backbone.kwargs the config
+        # does not give, before parse_cfg's {} and fill_stem_option's table default; a given
+        # value that differs from the run's stops in one line naming both
+        fill_run_backbone(cfg, str(cfg.pretrained_feature_extractor))
+    elif module.__name__.endswith("linear") and parsed.uses_solo_ext(cfg):
+        _check_checkpoint(cfg)  # (its one-line error: solo-learn asserts without a message)
+    if module.__name__.endswith("linear"):
+        # the classifier stage: published on a long-tailed dataset unless the config says,
+        # with class-balanced sampling unless the config names a sampler
+        fill_classifier_stage(cfg)
+        if OmegaConf.select(cfg, "data.sampler") is None and stage_data_long_tailed(cfg):
+            OmegaConf.update(cfg, "data.sampler", {"name": LONG_TAIL_SAMPLER}, force_add=True)
+    if parsed.uses_solo_ext(cfg):  # (a config of solo-learn's alone is left to its own checks)
+        from solo_ext.config import CORE_RUN_OPTIONS
+        from solo_ext.data.dali import check_dali_keys
+
+        check_given(cfg, {"devices": CORE_RUN_OPTIONS["devices"]})
+        check_dali_keys(cfg)
+    dataset = OmegaConf.select(cfg, "data.dataset", default=None)
+    data_format = declared(cfg, "data.format", DATA_KEYS)
+    sampler = fill_sampler_cfg(cfg, total_epochs=OmegaConf.select(cfg, "max_epochs"))
+    method = OmegaConf.select(cfg, "method", default=None)
+    if sampler is None and method in SOLO_EXT_METHODS and data_format != "dali":
+        # a solo-ext method draws as in solo-ext-pretrain: a seeded permutation per (seed,
+        # epoch) and rank, so that a resumed run draws what the uninterrupted one drew
+        sampler = {"name": parsed.DEFAULT_SAMPLER}
+    if sampler is not None:
+        sampler.setdefault("seed", OmegaConf.select(cfg, "seed", default=run_default("seed")))
+    if data_format == "dali" and (sampler is not None or dataset in SOLO_EXT_ONLY):
+        from solo_ext.data.dali import check_dali, dali_device, run_dali_device
+
+        check_dali(cfg)
+        dali_device(run_dali_device(cfg))
+        name = "instance" if sampler is None else sampler["name"]
+        announce(
+            f"data.format=dali: DALI reads the training images in the {name!r} sampler's order"
+        )
+    if method in SOLO_EXT_METHODS:  # what the method needs from this loader, said once
+        load(method).adapt_to_loader(cfg, data_format)
+    if dataset in SOLO_EXT_ONLY:
+        fill_data_cfg(cfg)
+        # solo-learn's parse_cfg reads the class count of a known name from this table
+        module._N_CLASSES_PER_DATASET[dataset] = cfg.data.num_classes
+    return sampler
+
+
+def _check_method_kwargs(cfg: Any) -> None:
+    """A solo-ext method's ``method_kwargs``, checked now: solo-learn checks them only when the
+    model is built, where an error is a traceback. The method fills them in again there."""
+    import copy
+
+    from omegaconf import OmegaConf
+
+    from solo_ext.methods.registry import SOLO_EXT_METHODS, load
+
+    method = OmegaConf.select(cfg, "method", default=None)
+    if method in SOLO_EXT_METHODS:
+        load(method).add_and_assert_specific_cfg(copy.deepcopy(cfg))
+
+
+def _solo_learn_crops(cfg: Any) -> None:
+    """main_pretrain.py takes two large crops only (wmse and mae aside): a solo-ext method with
+    more crops of the one size (bcl: its classifier's crop and two views) gives the split
+    solo-learn should count (``SOLO_LEARN_CROPS``: large, small); only its own step reads it."""
+    from omegaconf import OmegaConf
+
+    from solo_ext.methods.registry import SOLO_EXT_METHODS, load
+
+    method = OmegaConf.select(cfg, "method", default=None)
+    crops = getattr(load(method), "SOLO_LEARN_CROPS", None) if method in SOLO_EXT_METHODS else None
+    if crops is not None:
+        cfg.data.num_large_crops, cfg.data.num_small_crops = crops
+
+
+def _scale_classifier_lr(cfg: Any) -> None:
+    """solo-learn scales the online classifier's lr by the batch only when ``data.val_path`` is
+    given (without one it validates nothing); a generated dataset validates without one, so its
+    classifier lr, given per 256 images as every lr, is scaled here by solo-learn's own factor,
+    as ``solo-ext-pretrain`` scales it."""
+    from omegaconf import OmegaConf
+
+    from solo_ext.facts import facts
+
+    if cfg.data.get("val_path") is not None or facts(cfg.data.dataset).source != "generated":
+        return
+    lr = OmegaConf.select(cfg, "optimizer.classifier_lr", default=None)
+    if lr is not None:
+        scale = cfg.optimizer.batch_size * len(cfg.devices) * cfg.num_nodes / 256
+        cfg.optimizer.classifier_lr = lr * scale
+
+
+def apply(module: ModuleType) -> None:
+    original = module.parse_cfg
+    for name in SOLO_EXT_ONLY:
+        if name not in module._SUPPORTED_DATASETS:
+            module._SUPPORTED_DATASETS.append(name)
+
+    @parsed.config_errors
+    def parse_cfg(cfg):
+        from omegaconf import OmegaConf
+
+        from solo_ext.config import fill_stem_option
+        from solo_ext.data.datasets import long_tail_counts, thresholds_of_counts_file
+        from solo_ext.facts import facts
+
+        stop_if_broken(cfg)
+        thresholds = {
+            k: OmegaConf.select(cfg, f"data.{k}") for k in ("many_threshold", "few_threshold")
+        }
+        sampler = _check_solo_ext_keys(cfg, module)
+        dali_dataset = cfg.data.get("format") == "dali" and cfg.data.dataset in SOLO_EXT_ONLY
+        if dali_dataset:  # solo-learn asserts that DALI reads one of its image-folder names
+            cfg.data.format = "image_folder"
+        cfg = original(cfg)
+        if dali_dataset:  # (the format matters to that assert only)
+            cfg.data.format = "dali"
+        if cfg.data.get("train_class_counts") is None:
+            counts = long_tail_counts(cfg.data)
+            if counts is not None:
+                cfg.data.train_class_counts = counts
+        if facts(cfg.data.dataset).counts_file:  # a folder of solo-ext-make-lt: its groups
+            thresholds_of_counts_file(cfg.data, thresholds)
+        if module.__name__.endswith("pretrain"):
+            _check_method_kwargs(cfg)
+            _solo_learn_crops(cfg)
+            _scale_classifier_lr(cfg)
+        fill_stem_option(cfg)
+        parsed.RUN = parsed.Run(cfg.data, sampler, cfg)
+        if OmegaConf.select(cfg, "data.sampler") is not None:
+            announce(f"training batches are drawn by the {sampler['name']!r} sampler")
+        return cfg
+
+    parse_cfg.__wrapped__ = original
+    module.parse_cfg = parse_cfg
