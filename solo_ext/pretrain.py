@@ -1,0 +1,6 @@
+"""``python -m solo_ext.pretrain``: ``solo-ext-pretrain`` (``solo_ext.commands.pretrain``)."""
+
+from solo_ext.commands.pretrain import main
+
+if __name__ == "__main__":
+    main()
