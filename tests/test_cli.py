@@ -132,16 +132,13 @@ def test_linear_cli_as_module_with_class_balanced_sampler(pretrained_run):
     assert (pretrained_run / "linear_per_class.png").is_file()
 
 
-def test_eval_of_missing_run_is_one_line(tmp_path):
-    proc = subprocess.run(
-        _script("solo-ext-knn") + [f"pretrained_checkpoint_dir={tmp_path / 'none'}"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, "PYTHONWARNINGS": "ignore"},  # library deprecation chatter
-    )
-    assert proc.returncode == 2
-    assert proc.stderr.strip().count("\n") == 0 and "no args.json" in proc.stderr
+def test_eval_of_missing_run_is_one_line(tmp_path, command):
+    from solo_ext.commands.knn import main
+
+    code, _, err = command(main, "solo-ext-knn", f"pretrained_checkpoint_dir={tmp_path / 'none'}")
+    assert code == 2
+    assert err.strip().count("\n") == 0 and "no args.json" in err
+    assert err.startswith("solo-ext-knn: error: ")
 
 
 @pytest.mark.parametrize(
@@ -167,10 +164,31 @@ def test_hydras_quiet_settings_stand_beside_the_overrides(argv):
     assert [a for a in out if a not in added] == ["prog", *argv]
 
 
-def test_cfg_job_after_the_overrides(tmp_path):
-    proc = _run(
-        _script("solo-ext-pretrain")
-        + ["--config-name", "synthetic-lt/scl", "seed=7", "--cfg", "job"],
-        cwd=tmp_path,
-    )
-    assert "seed: 7" in proc.stdout and list(tmp_path.iterdir()) == []
+def test_cfg_job_after_the_overrides(tmp_path, command):
+    from solo_ext.commands.pretrain import main
+
+    argv = ["--config-name", "synthetic-lt/scl", "seed=7", "--cfg", "job"]
+    code, out, _ = command(main, "solo-ext-pretrain", *argv, cwd=tmp_path)
+    assert code == 0 and "seed: 7" in out and list(tmp_path.iterdir()) == []
+
+
+def test_every_console_script_is_its_commands_main():
+    """What the in-process tests call (``main()``) is what each installed console script runs."""
+    from importlib.metadata import entry_points
+
+    from solo_ext import leaderboard
+    from solo_ext.commands import dense_probe, knn, linear, make_lt, pretrain
+
+    expected = {
+        "solo-ext-pretrain": pretrain.main,
+        "solo-ext-linear": linear.main,
+        "solo-ext-knn": knn.main,
+        "solo-ext-make-lt": make_lt.main,
+        "solo-ext-dense-probe": dense_probe.main,
+        "solo-ext-leaderboard": leaderboard.main,
+    }
+    scripts = {e.name: e for e in entry_points(group="console_scripts") if e.name in expected}
+    assert set(scripts) == set(expected)
+    for name, main in expected.items():
+        assert scripts[name].load() is main, name
+        assert Path(sys.executable).with_name(name).exists(), f"{name} is not installed"

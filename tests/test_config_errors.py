@@ -2,10 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 import pytest
 from conftest import ROOT
 from omegaconf import OmegaConf
@@ -58,31 +54,27 @@ def test_missing_data_path(make_cfg, tmp_path):
         parse_cfg(cfg)
 
 
-def test_cli_prints_one_line_and_writes_nothing(tmp_path):
+def test_cli_prints_one_line_and_writes_nothing(tmp_path, command):
+    from solo_ext.commands.pretrain import main
+
     ckpt_dir = tmp_path / "trained_models"
     ckpt_dir.mkdir()
     (ckpt_dir / "keep.txt").write_text("earlier work")
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "solo_ext.pretrain",
-            "--config-path",
-            str(ROOT / "scripts/pretrain/synthetic-lt"),
-            "--config-name",
-            "scl.yaml",
-            "backbone.name=resnet7",
-            f"checkpoint.dir={ckpt_dir}",
-        ],
-        capture_output=True,
-        text=True,
+    code, _, err = command(
+        main,
+        "solo-ext-pretrain",
+        "--config-path",
+        str(ROOT / "scripts/pretrain/synthetic-lt"),
+        "--config-name",
+        "scl.yaml",
+        "backbone.name=resnet7",
+        f"checkpoint.dir={ckpt_dir}",
         cwd=tmp_path,
-        timeout=120,
-        env={**os.environ, "PYTHONWARNINGS": "ignore"},
     )
-    assert proc.returncode == 2
-    lines = [line for line in proc.stderr.splitlines() if line.strip()]
-    assert lines == [lines[-1]] and "backbone.name='resnet7'" in lines[-1], proc.stderr
+    assert code == 2
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert lines == [lines[-1]] and "backbone.name='resnet7'" in lines[-1], err
+    assert lines[-1].startswith("solo-ext-pretrain: error: ")
     assert sorted(p.name for p in ckpt_dir.iterdir()) == ["keep.txt"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["trained_models"]
 

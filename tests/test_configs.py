@@ -13,7 +13,6 @@ import csv
 import functools
 import json
 import math
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -21,7 +20,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from conftest import ROOT, tiny_cfg
+from conftest import RESNET18, ROOT, tiny_cfg
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
@@ -120,7 +119,10 @@ def test_short_names_are_the_dataset_configs():
 
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory) -> Path:
-    return Path(run(tiny_cfg("scl", tmp_path_factory.mktemp("configs")))["run_dir"])
+    # ResNet-18, the backbone the shipped evaluation configs name
+    return Path(
+        run(tiny_cfg("scl", tmp_path_factory.mktemp("configs"), backbone=RESNET18))["run_dir"]
+    )
 
 
 @pytest.mark.parametrize("name", configs("linear"))
@@ -260,20 +262,17 @@ def test_search_path_plugin_serves_each_script_its_configs():
     assert configs_for("my_own_app.py") is None  # other Hydra applications are left alone
 
 
-def test_config_name_without_config_path(tmp_path):
-    """The plugin at work in a real Hydra application, from a directory with no configs."""
+def test_config_name_without_config_path(tmp_path, command, monkeypatch):
+    """The plugin at work in a real Hydra application (the console script itself), from a
+    directory with no configs; switched off with the start-up hook."""
     exe = Path(sys.executable).parent / "solo-ext-pretrain"
-    cmd = [str(exe), "--config-name", "synthetic-lt/dscl", "--cfg", "job"]
-    proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    argv = ["--config-name", "synthetic-lt/dscl", "--cfg", "job"]
+    proc = subprocess.run([str(exe), *argv], cwd=tmp_path, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-2000:]
     cfg = yaml.safe_load(proc.stdout)
     assert cfg["method"] == "dscl" and cfg["augmentations"][0]["crop_size"] == 32
-    off = subprocess.run(
-        cmd,
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, "SOLO_EXT_AUTOLOAD": "0"},
-    )
-    assert off.returncode != 0 and "synthetic-lt/dscl" in off.stderr
+    from solo_ext.commands.pretrain import main
+
+    monkeypatch.setenv("SOLO_EXT_AUTOLOAD", "0")
+    code, _, err = command(main, str(exe), *argv, cwd=tmp_path)
+    assert code != 0 and "synthetic-lt/dscl" in err, err

@@ -22,12 +22,25 @@ import pytest
 from solo_ext.methods.registry import SOLO_EXT_METHODS
 
 SHOT_GROUPS = ("many", "medium", "few")
+VAL_PER_CLASS = 4
+
+
+# the data of the shipped config, drawn smaller: what the runs check does not depend on its size
+SMALLER_DATA = [
+    "data.synthetic.n_max=60",
+    f"data.synthetic.val_per_class={VAL_PER_CLASS}",
+    "data.many_threshold=30",
+    "data.few_threshold=12",
+    "optimizer.batch_size=32",
+]
 
 
 def pretrain_two_processes(
     method: str, cwd: Path, *extra: str, **more_env: str
 ) -> subprocess.CompletedProcess:
-    """The shipped synthetic-lt config on two CPU processes, one epoch of 4 steps a rank."""
+    """The shipped synthetic-lt config on two CPU processes, one epoch of 4 steps a rank, on a
+    smaller draw of its data (60 down to 6 training images a class, 4 validation images a class;
+    the shot thresholds scaled with it) and batches of 32."""
     args = [
         "--config-name",
         f"synthetic-lt/{method}",
@@ -36,6 +49,7 @@ def pretrain_two_processes(
         "max_epochs=1",
         "++limit_train_batches=4",
         "++enable_progress_bar=false",
+        *SMALLER_DATA,
         *extra,
     ]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore", **more_env}
@@ -82,7 +96,7 @@ def test_a_two_process_run_finishes_with_its_long_tail_knn(method, tmp_path):
     assert args["devices"] == 2 and args["strategy"] == "ddp"
     # the final kNN on the first process, over the whole training and validation split
     metrics = json.loads((run_dir / "metrics.json").read_text())
-    assert metrics["num_val"] == 20 * 20
+    assert metrics["num_val"] == 20 * VAL_PER_CLASS  # the config's 20 classes
     for group in SHOT_GROUPS:
         assert finite(metrics[f"knn_acc1_{group}"]), metrics
     # the online kNN of the validation epoch, over the features of both processes

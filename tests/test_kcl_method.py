@@ -9,6 +9,7 @@ import itertools
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import RESNET18
 from test_directions import _model_and_batch as model_and_batch
 from test_kcl_loss import balfeat_kcl, official_centroid_update, official_tsc
 
@@ -81,7 +82,9 @@ def test_kcl_step_is_the_targeted_supcon_kcl_run_by_default(k_pos, make_cfg):
 
 
 def test_kcl_with_an_empty_queue_start_leaves_the_unwritten_slots_out(make_cfg):
-    model, batch = model_and_batch(make_cfg, "kcl", **{"method_kwargs.queue_start": "empty"})
+    # (ResNet-18's features: spread enough that the whole-queue loss is far from 0)
+    overrides = {"method_kwargs.queue_start": "empty", "backbone": RESNET18}
+    model, batch = model_and_batch(make_cfg, "kcl", **overrides)
     calls = spy(model)
     model.training_step(batch, 0)
     ((q, k, labels, keys, queue_labels, _, value),) = calls

@@ -7,12 +7,10 @@ from __future__ import annotations
 import csv
 import json
 import os
-import subprocess
 from pathlib import Path
 
 import pytest
 from conftest import eval_cfg, tiny_cfg
-from test_cli import _script
 
 from solo_ext.leaderboard import run as leaderboard
 from solo_ext.leaderboard.published import (
@@ -187,7 +185,7 @@ def test_solo_ext_run_values_are_its_metrics_json_and_symmetric_is_flagged(tree,
     # the 2-epoch linear stage against the published long-tail stage (40 epochs)
     assert "linear epochs=2 (published 40)" in differences
     assert metrics["linear_epochs"] == 2 and metrics["linear_schedule"] in ("cosine", "step")
-    assert (row["backbone"], row["epochs"], row["batch"]) == ("resnet18", "1", "8")
+    assert (row["backbone"], row["epochs"], row["batch"]) == ("cifar_resnet32", "1", "8")
     assert "| ⚑ symmetric=true; linear epochs=2 (published 40); " in board["md"]
     assert f"{metrics['linear_acc1']:.2f}" in board["md"]
 
@@ -359,19 +357,16 @@ def test_broken_and_partial_runs_are_skipped_in_one_line_each(tree, tmp_path, ca
     assert "args.json is not valid JSON" in next(x for x in lines if str(truncated) in x)
 
 
-def test_bad_arguments_are_one_line_before_anything_is_written(tree, tmp_path, capsys):
+def test_bad_arguments_are_one_line_before_anything_is_written(tree, tmp_path, capsys, command):
+    from solo_ext.leaderboard import main
+
     missing = tmp_path / "nowhere"
     out = tmp_path / "out"
-    proc = subprocess.run(
-        _script("solo-ext-leaderboard") + [str(missing), "--out", str(out)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, "PYTHONWARNINGS": "ignore"},
-    )
-    assert proc.returncode == 2 and proc.stdout == ""
-    assert proc.stderr.strip().count("\n") == 0, proc.stderr
-    assert f"paths: {str(missing)!r}: no such file or directory" in proc.stderr
+    code, stdout, stderr = command(main, "solo-ext-leaderboard", str(missing), "--out", str(out))
+    assert code == 2 and stdout == ""
+    assert stderr.strip().count("\n") == 0, stderr
+    assert stderr.startswith("solo-ext-leaderboard: error: ")
+    assert f"paths: {str(missing)!r}: no such file or directory" in stderr
     a_file = tmp_path / "file"
     a_file.write_text("")
     for argv, message in (

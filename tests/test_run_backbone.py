@@ -8,13 +8,10 @@ The function on tiny files here, then ``solo-ext-linear`` on a tiny pretraining 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from conftest import eval_cfg, tiny_cfg
+from conftest import RESNET18, eval_cfg, tiny_cfg
 from omegaconf import DictConfig, OmegaConf
 
 from solo_ext.config import ConfigError, fill_stem_option
@@ -201,7 +198,7 @@ def stemless_run(tmp_path_factory) -> Path:
     from solo_ext.commands.pretrain import run
 
     root = tmp_path_factory.mktemp("stemless")
-    cfg = tiny_cfg("scl", root, limit_train_batches=1, limit_val_batches=0)
+    cfg = tiny_cfg("scl", root, limit_train_batches=1, limit_val_batches=0, backbone=RESNET18)
     return Path(run(cfg)["run_dir"])
 
 
@@ -236,25 +233,20 @@ def test_solo_ext_linear_stops_at_a_contradicting_kwarg(stemless_run):
     assert listing(stemless_run) == before
 
 
-def test_solo_ext_linear_command_says_it_in_one_line(stemless_run):
+def test_solo_ext_linear_command_says_it_in_one_line(stemless_run, command):
     """The command (``pretrained_feature_extractor``, solo-learn's key): exit status 2, one line."""
+    from solo_ext.commands.linear import main
+
     (ckpt,) = stemless_run.glob("*.ckpt")
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "solo_ext.linear",
-            f"+pretrained_feature_extractor='{ckpt}'",
-            "+backbone.kwargs.small_image_stem=true",
-        ],
+    code, _, err = command(
+        main,
+        "solo-ext-linear",
+        f"+pretrained_feature_extractor='{ckpt}'",
+        "+backbone.kwargs.small_image_stem=true",
         cwd=stemless_run,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, "PYTHONWARNINGS": "ignore"},
     )
-    assert proc.returncode == 2, proc.stderr[-3000:]
-    (line,) = proc.stderr.strip().splitlines()
+    assert code == 2, err[-3000:]
+    (line,) = err.strip().splitlines()
     assert line == (
         f"solo-ext-linear: error: backbone.kwargs.small_image_stem=True: the checkpoint "
         f"{str(ckpt)!r} was trained with False"
