@@ -129,6 +129,9 @@ class SoloExtMethod:
     """
 
     JOINT_HEAD = False
+    # main_pretrain.py takes two large crops only (wmse and mae aside): a method with more crops
+    # of one size gives the split solo-learn should count, (large, small); only its step reads it
+    SOLO_LEARN_CROPS: tuple[int, int] | None = None
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

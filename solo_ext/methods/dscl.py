@@ -63,4 +63,3 @@ class DecoupledLoss(Criterion):
 class DSCL(SCL):
     LOSS_NAME = "dscl"
     CRITERION = DecoupledLoss
-    METHOD_KWARGS: dict[str, Option] = {**SCL.METHOD_KWARGS, **DecoupledLoss.OPTIONS}

@@ -239,16 +239,12 @@ class PatchDistillation(StepTerm):
         keys = out["momentum_z"][1]
         queue = method.queue
         loss = pbsd_loss(student, teacher, keys, queue.keys, queue.labels, method.temperature)
-        method.log("train_pbsd_loss", loss, on_epoch=True, sync_dist=True)
-        return {"train_pbsd_loss": kw.pbsd_weight * loss}
+        method.log("train_distillation_loss", loss, on_epoch=True, sync_dist=True)
+        return {"train_distillation_loss": kw.pbsd_weight * loss}
 
 
 class PBSD(SCL):
-    LOSS_NAME = "dscl"
+    LOSS_NAME = "pbsd"  # DSCL's loss plus pbsd_weight x the distillation
+    CONTRASTIVE_NAME = "dscl"
     CRITERION = DecoupledLoss
     TERMS = (PatchDistillation,)
-    METHOD_KWARGS: dict[str, Option] = {
-        **SCL.METHOD_KWARGS,
-        **DecoupledLoss.OPTIONS,
-        **PatchDistillation.OPTIONS,
-    }

@@ -14,7 +14,7 @@ SOLO_EXT_METHODS: dict[str, str] = {
     "densecl": "solo_ext.methods.densecl:DenseCL",
     "all4one_ct": "solo_ext.methods.all4one:All4OneCT",
     "kcl": "solo_ext.methods.kcl:KCL",
-    "tsc": "solo_ext.methods.kcl:TSC",
+    "tsc": "solo_ext.methods.tsc:TSC",
     "paco": "solo_ext.methods.paco:PaCo",
     "bcl": "solo_ext.methods.bcl:BCL",
 }

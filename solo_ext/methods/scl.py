@@ -119,6 +119,8 @@ class StepTerm(torch.nn.Module):
 
 class SCL(MomentumQueueMethod):
     LOSS_NAME = "scl"  # logged as train_<LOSS_NAME>_loss
+    # with TERMS, the contrastive part's name (train_<CONTRASTIVE_NAME>_loss; LOSS_NAME: the sum)
+    CONTRASTIVE_NAME: str | None = None
     CRITERION: type[Criterion] = SupConLoss
     TERMS: tuple[type[StepTerm], ...] = ()
     METHOD_KWARGS: dict[str, Option] = {
@@ -127,6 +129,14 @@ class SCL(MomentumQueueMethod):
         "queue_start": Option("random", "str", choices=QUEUE_STARTS),
         "batch_gather": Option(False, "bool"),
     }
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """A subclass's ``method_kwargs``, derived: the supervised step's, then its parts'
+        (criterion, terms), unless it declares its own table."""
+        super().__init_subclass__(**kwargs)
+        if "METHOD_KWARGS" not in vars(cls):
+            parts = {key: option for part in cls.parts() for key, option in part.OPTIONS.items()}
+            cls.METHOD_KWARGS = {**SCL.METHOD_KWARGS, **parts}
 
     @classmethod
     def parts(cls) -> tuple[Any, ...]:
@@ -203,11 +213,15 @@ class SCL(MomentumQueueMethod):
         if self.symmetric:
             q2, k1 = batch_set(out["z"][1]), batch_set(out["momentum_z"][0])
             loss = (loss + self.contrastive_loss(q2, k1, targets, self.queue_view1)) / 2
-        self.log(f"train_{self.LOSS_NAME}_loss", loss, on_epoch=True, sync_dist=True)
-        terms = {f"train_{self.LOSS_NAME}_loss": loss}
+        part = self.CONTRASTIVE_NAME or self.LOSS_NAME
+        self.log(f"train_{part}_loss", loss, on_epoch=True, sync_dist=True)
+        terms = {f"train_{part}_loss": loss}
         for term in self.terms:
             terms.update(term(self, out, batch))
         self.check_finite(terms)
+        if self.terms:  # the method's own loss: its contrastive part and its terms
+            total = sum(terms.values())
+            self.log(f"train_{self.LOSS_NAME}_loss", total, on_epoch=True, sync_dist=True)
         # the keys of every process enter the queue (gathered once: a gathered set stays as is)
         enqueued = (lambda x: x) if self.cfg.method_kwargs.batch_gather else gather
         targets = enqueued(targets)

@@ -141,7 +141,7 @@ def _solo_learn_crops(cfg: Any) -> None:
     from solo_ext.methods.registry import SOLO_EXT_METHODS, load
 
     method = OmegaConf.select(cfg, "method", default=None)
-    crops = getattr(load(method), "SOLO_LEARN_CROPS", None) if method in SOLO_EXT_METHODS else None
+    crops = load(method).SOLO_LEARN_CROPS if method in SOLO_EXT_METHODS else None
     if crops is not None:
         cfg.data.num_large_crops, cfg.data.num_small_crops = crops
 
