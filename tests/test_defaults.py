@@ -369,3 +369,18 @@ def test_the_hosts_base_class_fills_the_declared_host_defaults():
     cfg = BaseMomentumMethod.add_and_assert_specific_cfg(cfg)
     for key, option in HOST_OPTIONS.items():
         assert OmegaConf.select(cfg, key) == option.default, key
+
+
+def test_the_final_knn_of_pretraining_takes_solo_ext_knns_defaults():
+    """``evaluate_model``'s defaults are read from ``conf/knn.yaml`` (through the command's
+    ``OPTIONS``): editing the file changes pretraining's final kNN too."""
+    import inspect
+
+    from omegaconf import OmegaConf
+
+    from solo_ext.commands import knn
+
+    conf = OmegaConf.load(ROOT / "solo_ext" / "conf" / "knn.yaml")
+    params = inspect.signature(knn.evaluate_model).parameters
+    for key in ("k", "temperature", "distance", "batch_size"):
+        assert params[key].default == conf[key] == knn.OPTIONS[key].default, key

@@ -24,17 +24,30 @@ from solo_ext.eval.knn_classifier import DISTANCES, knn_predict
 from solo_ext.runs.environment import environment
 from solo_ext.runs.load import load_for_eval
 
+# every key solo-ext-knn reads, declared once; the defaults are conf/knn.yaml's
+OPTIONS: dict[str, Option] = conf_options(
+    "knn",
+    {
+        "k": Option(IN_CONF, "int", 1),
+        "temperature": Option(IN_CONF, "float", 0, low_open=True),
+        "distance": Option(IN_CONF, "str", choices=DISTANCES),
+        "batch_size": Option(IN_CONF, "int", 1),
+    },
+)
+
 
 def evaluate_model(
     backbone: nn.Module,
     pre_cfg: DictConfig,
-    k: int = 20,
-    temperature: float = 0.07,
-    distance: str = "cosine",
+    k: int = OPTIONS["k"].default,
+    temperature: float = OPTIONS["temperature"].default,
+    distance: str = OPTIONS["distance"].default,
     out_dir: str | Path | None = None,
-    batch_size: int = 256,
+    batch_size: int = OPTIONS["batch_size"].default,
 ) -> dict[str, Any]:
-    """kNN report of ``backbone`` on ``pre_cfg.data``'s val split; prints and saves it."""
+    """kNN report of ``backbone`` on ``pre_cfg.data``'s val split; prints and saves it. The
+    defaults are solo-ext-knn's (``conf/knn.yaml``); pretraining's final kNN takes them, with
+    its own ``knn_eval.k``."""
     feats = split_features(backbone, pre_cfg, batch_size)
     scores = knn_predict(
         feats["train_x"],
@@ -65,18 +78,6 @@ def evaluate_model(
         extra,
         f"kNN (k={k}, {distance})",
     )
-
-
-# every key solo-ext-knn reads, declared once; the defaults are conf/knn.yaml's
-OPTIONS: dict[str, Option] = conf_options(
-    "knn",
-    {
-        "k": Option(IN_CONF, "int", 1),
-        "temperature": Option(IN_CONF, "float", 0, low_open=True),
-        "distance": Option(IN_CONF, "str", choices=DISTANCES),
-        "batch_size": Option(IN_CONF, "int", 1),
-    },
-)
 
 
 def run(cfg: DictConfig) -> dict[str, Any]:

@@ -49,6 +49,7 @@ _BY_DATASET = {
     "train_augmentation": ("published", "solo-learn"),
 }
 PUBLISHED_STAGE = {key: values[0] for key, values in _BY_DATASET.items()}
+SOLO_LEARN_STAGE = {key: values[1] for key, values in _BY_DATASET.items()}
 
 
 # solo-ext-linear's schedule by the evaluated data, for the keys its command line and config

@@ -68,7 +68,7 @@ def _linear_dali_augmentation(dataset: str) -> Any:
     pipeline's (random resized crop 0.08-1 and flip), at the dataset's size."""
     from solo_ext.eval.classifier_stage import train_augmentation_entry
 
-    entry = train_augmentation_entry(dataset, parsed.stage("train_augmentation") or "solo-learn")
+    entry = train_augmentation_entry(dataset, parsed.stage("train_augmentation"))
     return parsed.with_stats(dataset, entry)
 
 

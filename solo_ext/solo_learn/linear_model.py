@@ -26,8 +26,8 @@ def apply(module: ModuleType) -> None:
             super().__init__(*args, **kwargs)
             from solo_ext.eval.classifier_stage import init_classifier
 
-            init_classifier(self.classifier, parsed.stage("classifier_init") or "default")
-            self.backbone_bn = parsed.stage("backbone_bn") or "eval"
+            init_classifier(self.classifier, parsed.stage("classifier_init"))
+            self.backbone_bn = parsed.stage("backbone_bn")
             counts = None if parsed.RUN is None else parsed.RUN.data.get("train_class_counts")
             self.shot_accuracy = None
             if counts:

@@ -135,7 +135,10 @@ def with_stats(dataset: str, cfg: Any) -> Any:
 
 
 def stage(key: str) -> Any:
-    """A classifier-stage key of main_linear.py's run (None outside it)."""
-    if RUN is None or RUN.cfg is None:
-        return None
-    return RUN.cfg.get(key) if "backbone_bn" in RUN.cfg else None
+    """A classifier-stage key of main_linear.py's run; outside one (a model built without the
+    bridge's parse_cfg), solo-learn's own stage."""
+    from solo_ext.eval.classifier_stage import SOLO_LEARN_STAGE
+
+    if RUN is None or RUN.cfg is None or RUN.cfg.get(key) is None:
+        return SOLO_LEARN_STAGE[key]
+    return RUN.cfg.get(key)
