@@ -59,6 +59,14 @@ def edges(root: Path) -> Counter[tuple[str, str]]:
     return counts
 
 
+def node(group: str) -> str:
+    """A group as a Mermaid node: the third-party ones apart from the layers (solo-learn, the
+    package, is not the ``solo_learn`` layer that patches it)."""
+    if group in EXTERNAL.values():
+        return f'ext_{group.replace("-", "_")}["{group}"]'
+    return group
+
+
 def breaks(source: str, target: str) -> bool:
     if target in EXTERNAL.values():
         return source in CORE
@@ -70,7 +78,7 @@ def main(root: str) -> None:
     print("```mermaid\nflowchart TD")
     for (source, target), n in sorted(counts.items()):
         arrow = "-.->" if breaks(source, target) else "-->"
-        print(f"    {source.replace('-', '_')} {arrow}|{n}| {target.replace('-', '_')}")
+        print(f"    {node(source)} {arrow}|{n}| {node(target)}")
     print("```")
     wrong = [f"{s} -> {t} ({n} files)" for (s, t), n in sorted(counts.items()) if breaks(s, t)]
     print("\nAgainst the stack: " + ("; ".join(wrong) if wrong else "none"))
