@@ -102,29 +102,28 @@ def test_the_run_records_its_recipe_and_the_leaderboard_flags_what_differs(
     assert f"optimizer.lr per 256 images=0.8 ({recipe}: 0.4)" in found
 
 
-def test_knn_cli(pretrained_run):
-    proc = _run(
-        _script("solo-ext-knn") + [f"pretrained_checkpoint_dir={pretrained_run}", "k=5"],
-        cwd=pretrained_run,
-    )
-    assert "kNN (k=5, cosine) on synthetic_lt val: acc@1" in proc.stdout
+def test_knn_cli(pretrained_run, command):
+    from solo_ext.commands.knn import main
+
+    argv = [f"pretrained_checkpoint_dir={pretrained_run}", "k=5"]
+    code, out, err = command(main, "solo-ext-knn", *argv, cwd=pretrained_run)
+    assert code == 0, err[-3000:]
+    assert "kNN (k=5, cosine) on synthetic_lt val: acc@1" in out
     assert json.loads((pretrained_run / "metrics.json").read_text())["knn_k"] == 5
 
 
-def test_linear_cli_as_module_with_class_balanced_sampler(pretrained_run):
-    proc = _run(
-        [
-            sys.executable,
-            "-m",
-            "solo_ext.linear",
-            f"pretrained_checkpoint_dir={pretrained_run}",
-            "max_epochs=3",
-            "+data.sampler.name=class_balanced",
-            "+enable_progress_bar=false",
-        ],
-        cwd=pretrained_run,
-    )
-    assert "linear probe on synthetic_lt val: acc@1" in proc.stdout
+def test_linear_cli_with_class_balanced_sampler(pretrained_run, command):
+    from solo_ext.commands.linear import main
+
+    argv = [
+        f"pretrained_checkpoint_dir={pretrained_run}",
+        "max_epochs=3",
+        "+data.sampler.name=class_balanced",
+        "+enable_progress_bar=false",
+    ]
+    code, out, err = command(main, "solo-ext-linear", *argv, cwd=pretrained_run)
+    assert code == 0, err[-3000:]
+    assert "linear probe on synthetic_lt val: acc@1" in out
     metrics = json.loads((pretrained_run / "metrics.json").read_text())
     assert 0 <= metrics["linear_acc1"] <= metrics["linear_acc5"] <= 100
     assert metrics["linear_sampler"] == "class_balanced"
@@ -192,3 +191,9 @@ def test_every_console_script_is_its_commands_main():
     for name, main in expected.items():
         assert scripts[name].load() is main, name
         assert Path(sys.executable).with_name(name).exists(), f"{name} is not installed"
+    # python -m solo_ext.<command>: the same main (tests/test_ddp_runs.py runs the pretrain one)
+    import importlib
+
+    for command in ("pretrain", "linear", "knn", "make_lt", "dense_probe"):
+        module = importlib.import_module(f"solo_ext.{command}")
+        assert module.main is importlib.import_module(f"solo_ext.commands.{command}").main
