@@ -66,27 +66,6 @@ def require(cfg: DictConfig, *keys: str) -> None:
             raise ConfigError(f"{key} is missing from the config")
 
 
-def fill_section(cfg: DictConfig, section: str, defaults: Mapping[str, Any]) -> DictConfig:
-    """Fills ``cfg.<section>`` with ``defaults`` and rejects keys that are not among them.
-
-    A typo such as ``method_kwargs.temprature`` must fail, not silently run with the default.
-    """
-    current = OmegaConf.select(cfg, section, default=None)
-    if current is None:
-        OmegaConf.update(cfg, section, {}, force_add=True)
-        current = OmegaConf.select(cfg, section)
-    for key in current:
-        if key not in defaults:
-            raise ConfigError(
-                f"{section}.{key}={current[key]!r}: unknown key{did_you_mean(str(key), defaults)}; "
-                f"valid keys: {sorted(defaults)}"
-            )
-    for key, value in defaults.items():
-        if current.get(key) is None:
-            current[key] = value
-    return cfg
-
-
 def check_range(
     key: str,
     value: Any,
@@ -322,32 +301,45 @@ def run_default(key: str) -> Any:
     return CORE_RUN_OPTIONS[key].default
 
 
-def fill_defaults(cfg: DictConfig, options: Mapping[str, Option]) -> None:
-    """Each dotted key of ``options`` that ``cfg`` leaves out (or null) set to its declared
-    default, sections made as needed; keys declared without a default are left alone."""
+def fill_options(
+    cfg: DictConfig, options: Mapping[str, Option], section: str | None = None
+) -> DictConfig:
+    """The one fill: each key of ``options`` that ``cfg`` leaves out (or null) set to its
+    declared default, sections made as needed; keys declared without a default are left alone.
+
+    With ``section``, the keys are those of ``cfg.<section>`` (a method's ``method_kwargs``): each
+    one is there afterwards, null where its default is decided later, and a key there that
+    ``options`` does not declare is refused: a typo such as ``method_kwargs.temprature`` must
+    fail, not silently run with the default.
+    """
+    if section is not None:
+        given = OmegaConf.select(cfg, section, default=None)
+        for key in given or {}:
+            if key not in options:
+                raise ConfigError(
+                    f"{section}.{key}={given[key]!r}: unknown key"
+                    f"{did_you_mean(str(key), options)}; valid keys: {sorted(options)}"
+                )
+        if given is None:
+            OmegaConf.update(cfg, section, {}, force_add=True)
+    prefix = "" if section is None else f"{section}."
     for key, option in options.items():
-        if option.default is not None and select(cfg, key) is None:
-            OmegaConf.update(cfg, key, option.default, force_add=True)
+        if select(cfg, prefix + key) is None and (option.default is not None or section):
+            OmegaConf.update(cfg, prefix + key, option.default, force_add=True)
+    return cfg
 
 
-def fill_options(cfg: DictConfig, section: str, options: Mapping[str, Option]) -> DictConfig:
-    """``fill_section`` with the options' defaults (unknown keys rejected)."""
-    return fill_section(cfg, section, {key: option.default for key, option in options.items()})
-
-
-def check_given(cfg: DictConfig, options: Mapping[str, Option]) -> None:
-    """Each dotted key of ``options`` that ``cfg`` sets (not null) against its option."""
+def check_options(
+    cfg: DictConfig, options: Mapping[str, Option], section: str | None = None
+) -> None:
+    """The one check, in one line naming key and value: each key of ``options`` that ``cfg``
+    sets (not null) against its option; with ``section`` (filled before), every key of
+    ``cfg.<section>``, null included (valid only where the option is ``nullable``)."""
+    prefix = "" if section is None else f"{section}."
     for key, option in options.items():
-        value = OmegaConf.select(cfg, key, default=None)
-        if value is not None:
-            option.check(key, value)
-
-
-def check_options(cfg: DictConfig, section: str, options: Mapping[str, Option]) -> None:
-    """Every key of ``cfg.<section>`` against its option: one line naming key and value."""
-    values = OmegaConf.select(cfg, section)
-    for key, option in options.items():
-        option.check(f"{section}.{key}", values.get(key))
+        value = OmegaConf.select(cfg, prefix + key, default=None)
+        if value is not None or section is not None:
+            option.check(prefix + key, value)
 
 
 def device_count(devices: Any) -> int | None:

@@ -20,7 +20,7 @@ from test_configs import compose_config, data_overrides
 
 from solo_ext.commands import linear
 from solo_ext.commands.pretrain import parse_cfg
-from solo_ext.config import check_given
+from solo_ext.config import check_options
 from solo_ext.host import HOST, METHODS
 from solo_ext.methods.registry import register
 from solo_ext.methods.schedules import warmup_step
@@ -85,7 +85,7 @@ def resolve_linear(door: str, name: str, root: Path):
     cfg = compose_config("linear", name, overrides)
     if door == "solo-ext-linear":
         OmegaConf.set_struct(cfg, False)
-        check_given(cfg, linear.OPTIONS)
+        check_options(cfg, linear.OPTIONS)
         return linear.resolve(cfg, cfg.data)
     if HOST != "solo":
         pytest.skip("main_linear.py's parse_cfg needs the real solo-learn importable")

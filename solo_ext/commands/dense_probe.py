@@ -23,7 +23,7 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from solo_ext.commands.entry import hydra_entry
-from solo_ext.config import IN_CONF, ConfigError, Option, check_given, conf_options, fill_defaults
+from solo_ext.config import IN_CONF, ConfigError, Option, check_options, conf_options, fill_options
 from solo_ext.data.datasets import build_dataset
 from solo_ext.data.synthetic import PART_CLASSES
 from solo_ext.data.transforms import build_eval_transform
@@ -83,8 +83,8 @@ OPTIONS: dict[str, Option] = conf_options(
 def run(cfg: DictConfig) -> dict[str, Any]:
     """Checks ``cfg`` (module docstring), trains the probe, returns the metrics."""
     OmegaConf.set_struct(cfg, False)
-    check_given(cfg, OPTIONS)
-    fill_defaults(cfg, OPTIONS)  # (a whole config given with --config-name may leave keys out)
+    check_options(cfg, OPTIONS)
+    fill_options(cfg, OPTIONS)  # (a whole config given with --config-name may leave keys out)
     backbone, pre_cfg, out_dir = load_for_eval(cfg)
     dataset = pre_cfg.data.dataset
     if not facts(dataset).part_labels:

@@ -18,7 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
 from solo_ext.commands.entry import hydra_entry
-from solo_ext.config import IN_CONF, Option, check_given, conf_options, fill_defaults
+from solo_ext.config import IN_CONF, Option, check_options, conf_options, fill_options
 from solo_ext.eval.common import report, split_features
 from solo_ext.eval.knn_classifier import DISTANCES, knn_predict
 from solo_ext.runs.environment import environment
@@ -83,8 +83,8 @@ def evaluate_model(
 def run(cfg: DictConfig) -> dict[str, Any]:
     """Checks ``cfg`` (see the module docstring), evaluates, returns the metrics."""
     OmegaConf.set_struct(cfg, False)
-    check_given(cfg, OPTIONS)
-    fill_defaults(cfg, OPTIONS)  # (a whole config given with --config-name may leave keys out)
+    check_options(cfg, OPTIONS)
+    fill_options(cfg, OPTIONS)  # (a whole config given with --config-name may leave keys out)
     backbone, pre_cfg, out_dir = load_for_eval(cfg)
     return evaluate_model(
         backbone, pre_cfg, cfg.k, cfg.temperature, cfg.distance, out_dir, cfg.batch_size

@@ -62,10 +62,10 @@ from solo_ext.commands.pretrain import RUN_OPTIONS
 from solo_ext.config import (
     IN_CONF,
     Option,
-    check_given,
+    check_options,
     conf_options,
     declared,
-    fill_defaults,
+    fill_options,
     select,
     world_size,
 )
@@ -151,7 +151,7 @@ def stage_sampler(cfg: DictConfig, data: DictConfig) -> str | None:
 def resolve(cfg: DictConfig, data: DictConfig) -> DictConfig:
     """``cfg`` with every default of the stage filled for the evaluated ``data``, checked."""
     fill_stage(cfg, data)
-    fill_defaults(cfg, OPTIONS)  # (a whole config given with --config-name may leave keys out)
+    fill_options(cfg, OPTIONS)  # (a whole config given with --config-name may leave keys out)
     SGDSchedule.from_cfg(cfg)  # a step schedule without its epochs stops here
     return cfg
 
@@ -286,7 +286,7 @@ def run(cfg: DictConfig, callbacks: Callbacks = ()) -> dict[str, Any]:
     """Checks ``cfg`` (see the module docstring), trains the classifier (``callbacks`` go to
     the Lightning trainer), tests it and returns the metrics."""
     OmegaConf.set_struct(cfg, False)
-    check_given(cfg, OPTIONS)
+    check_options(cfg, OPTIONS)
     check_dali_keys(cfg)
     if select(cfg, "scheduler.name") == "step" and select(cfg, "scheduler.lr_decay_steps") is None:
         SGDSchedule.from_cfg(cfg)  # (given without its epochs: stops before the run is read)

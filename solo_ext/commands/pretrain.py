@@ -33,9 +33,9 @@ from solo_ext.config import (
     ConfigError,
     Option,
     check_choice,
-    check_given,
+    check_options,
     declared,
-    fill_defaults,
+    fill_options,
     fill_stem_option,
     require,
     world_size,
@@ -189,8 +189,8 @@ def parse_cfg(cfg: DictConfig) -> DictConfig:
     method_cls = METHODS[cfg.method]
     check_choice("optimizer.name", cfg.optimizer.name, method_cls._OPTIMIZERS)
     check_choice("scheduler.name", omegaconf_select(cfg, "scheduler.name"), method_cls._SCHEDULERS)
-    check_given(cfg, RUN_OPTIONS)
-    check_given(cfg, BACKBONE_OPTIONS)
+    check_options(cfg, RUN_OPTIONS)
+    check_options(cfg, BACKBONE_OPTIONS)
     check_dali_keys(cfg)
     fill_data_cfg(cfg)
     fill_stem_option(cfg)
@@ -203,8 +203,8 @@ def parse_cfg(cfg: DictConfig) -> DictConfig:
     # the declared defaults of the run's keys (seed, checkpoint, auto_resume, wandb, ...)
     # (the host's own keys are the host's to fill: HOST_OPTIONS)
     run_keys = {k: o for k, o in CORE_RUN_OPTIONS.items() if k not in HOST_OPTIONS}
-    fill_defaults(cfg, {k: o for k, o in run_keys.items() if not k.startswith("optim")})
-    fill_defaults(
+    fill_options(cfg, {k: o for k, o in run_keys.items() if not k.startswith("optim")})
+    fill_options(
         cfg, {k: RUN_OPTIONS[k] for k in ("optimizer.classifier_lr", "optimizer.weight_decay")}
     )
     cfg.wandb.entity = omegaconf_select(cfg, "wandb.entity", None)
@@ -233,7 +233,7 @@ def parse_cfg(cfg: DictConfig) -> DictConfig:
     cfg.optimizer.classifier_lr = cfg.optimizer.classifier_lr * scale
     cfg.optimizer.kwargs = omegaconf_select(cfg, "optimizer.kwargs", {})
     if cfg.optimizer.name in ("sgd", "lars"):  # (the others take no momentum)
-        fill_defaults(cfg, {"optimizer.kwargs.momentum": RUN_OPTIONS["optimizer.kwargs.momentum"]})
+        fill_options(cfg, {"optimizer.kwargs.momentum": RUN_OPTIONS["optimizer.kwargs.momentum"]})
     check_optimizer_kwargs(cfg, method_cls._OPTIMIZERS)
 
     # what the method needs from this loader (PBSD under DALI: its patches on the device)

@@ -32,7 +32,7 @@ import torch
 from omegaconf import DictConfig
 
 from solo_ext.common import did_you_mean
-from solo_ext.config import ConfigError, Option, check_given, declared, select
+from solo_ext.config import ConfigError, Option, check_options, declared, select
 from solo_ext.data.options import DATA_KEYS
 from solo_ext.data.samplers import LongTailSampler, targets_of
 
@@ -71,7 +71,7 @@ def check_dali_keys(cfg: DictConfig) -> None:
                 f"dali.{key}={section[key]!r}: unknown key{did_you_mean(str(key), known)}; "
                 f"valid keys: {known}"
             )
-    check_given(cfg, DALI_OPTIONS)
+    check_options(cfg, DALI_OPTIONS)
 
 
 def run_dali_device(cfg: DictConfig) -> str:

@@ -18,7 +18,7 @@ from solo_ext.config import (
     ConfigError,
     Option,
     check_choice,
-    check_given,
+    check_options,
     fill_options,
     select,
 )
@@ -96,7 +96,7 @@ def fill_data_cfg(cfg: DictConfig) -> DictConfig:
     data = cfg.data
     check_choice("data.dataset", data.get("dataset"), DATASETS)
     dataset = data.dataset
-    check_given(cfg, DATA_KEYS)
+    check_options(cfg, DATA_KEYS)
     thresholds_given = {
         key: select(cfg, f"data.{key}") for key in ("many_threshold", "few_threshold")
     }
@@ -129,7 +129,7 @@ def fill_data_cfg(cfg: DictConfig) -> DictConfig:
     f = F.facts(dataset)
     if f.source == "generated":
         expected = select(cfg, "data.num_classes", f.default_classes)
-        fill_options(cfg, "data.synthetic", SYNTHETIC_OPTIONS)
+        fill_options(cfg, SYNTHETIC_OPTIONS, "data.synthetic")
         check_synthetic(expected, data.synthetic.n_max, data.imbalance_factor)
     elif f.source == "torchvision":
         expected = f.classes

@@ -25,7 +25,7 @@ from PIL import Image, ImageFilter
 from torchvision import transforms as T
 from torchvision.transforms import functional as TF
 
-from solo_ext.config import ConfigError, Option, check_given, select
+from solo_ext.config import ConfigError, Option, check_options, select
 from solo_ext.facts import facts
 
 _PROB = {"kind": "float", "low": 0, "high": 1}
@@ -105,7 +105,7 @@ def check_augmentations(cfg: DictConfig) -> None:
     """Every given key of every ``augmentations`` entry against its declaration, and each
     entry's crop scale range; one line naming the key and the value."""
     for i, aug in enumerate(cfg.augmentations):
-        check_given(cfg, {f"augmentations.{i}.{k}": o for k, o in AUGMENTATION_OPTIONS.items()})
+        check_options(cfg, {f"augmentations.{i}.{k}": o for k, o in AUGMENTATION_OPTIONS.items()})
         low, high = crop_scale(aug)
         if low > high:
             raise ConfigError(

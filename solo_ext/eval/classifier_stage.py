@@ -28,7 +28,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
-from solo_ext.config import IN_CONF, Option, check_given, conf_options, select
+from solo_ext.config import IN_CONF, Option, check_options, conf_options, select
 from solo_ext.facts import facts
 
 # null: decided by the dataset (below); the defaults are solo-ext-linear's packaged conf file's
@@ -92,7 +92,7 @@ def fill_classifier_stage(cfg: DictConfig) -> DictConfig:
     """Checks the given keys, then fills each missing one from the data (``cfg.data``): the
     published stage on a long-tailed dataset (or a folder made by solo-ext-make-lt), solo-learn's
     linear protocol otherwise."""
-    check_given(cfg, CLASSIFIER_STAGE_OPTIONS)
+    check_options(cfg, CLASSIFIER_STAGE_OPTIONS)
     long_tailed = stage_data_long_tailed(cfg)
     for key, (published, usual) in _BY_DATASET.items():
         if select(cfg, key) is None:

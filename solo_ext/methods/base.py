@@ -337,9 +337,9 @@ class MomentumQueueMethod(SoloExtMethod, BaseMomentumMethod):
             if cfg.get(section) is None:
                 cfg[section] = {}
         cfg = super().add_and_assert_specific_cfg(cfg)
-        fill_options(cfg, "method_kwargs", cls.METHOD_KWARGS)
+        fill_options(cfg, cls.METHOD_KWARGS, "method_kwargs")
         cls.fill_method_kwargs(cfg)
-        check_options(cfg, "method_kwargs", cls.METHOD_KWARGS)
+        check_options(cfg, cls.METHOD_KWARGS, "method_kwargs")
         cls.check_method_kwargs(cfg)
         return cfg
 

@@ -104,8 +104,8 @@ class BCL(SoloExtMethod, BaseMethod):
         if cfg.get("method_kwargs") is None:
             cfg.method_kwargs = {}
         cfg = super().add_and_assert_specific_cfg(cfg)
-        fill_options(cfg, "method_kwargs", cls.METHOD_KWARGS)
-        check_options(cfg, "method_kwargs", cls.METHOD_KWARGS)
+        fill_options(cfg, cls.METHOD_KWARGS, "method_kwargs")
+        check_options(cfg, cls.METHOD_KWARGS, "method_kwargs")
         large = omegaconf_select(cfg, "data.num_large_crops")
         small = declared(cfg, "data.num_small_crops", CROP_OPTIONS)
         if large is not None and (large, small) not in ((NUM_VIEWS, 0), SOLO_LEARN_SPLIT):

@@ -11,7 +11,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
-from solo_ext.config import ConfigError, check_given
+from solo_ext.config import ConfigError, check_options
 from solo_ext.data.datasets import fill_data_cfg
 from solo_ext.data.options import DATA_KEYS
 from solo_ext.host import build_backbone
@@ -59,7 +59,7 @@ def load_for_eval(cfg: DictConfig) -> tuple[nn.Module, DictConfig, Path]:
     directory) or ``cfg.pretrained_feature_extractor`` (a checkpoint file, solo-learn's key),
     with ``cfg.data`` merged over the run's data config (a null ``train_path`` / ``val_path``
     keeps the run's); returns the output directory too."""
-    check_given(cfg, DATA_KEYS)  # the data keys given here: checked before the run is read
+    check_options(cfg, DATA_KEYS)  # the data keys given here: checked before the run is read
     run_dir = OmegaConf.select(cfg, "pretrained_checkpoint_dir", default=None)
     ckpt = OmegaConf.select(cfg, "pretrained_feature_extractor", default=None)
     if run_dir is None and ckpt is None:

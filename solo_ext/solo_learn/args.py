@@ -57,7 +57,7 @@ def _check_solo_ext_keys(cfg: Any, module: ModuleType) -> dict[str, Any] | None:
     the sampler's arguments (None: no ``data.sampler``)."""
     from omegaconf import OmegaConf
 
-    from solo_ext.config import check_given, declared
+    from solo_ext.config import check_options, declared
     from solo_ext.data.datasets import fill_data_cfg
     from solo_ext.data.options import DATA_KEYS
     from solo_ext.data.samplers import fill_sampler_cfg
@@ -88,7 +88,7 @@ def _check_solo_ext_keys(cfg: Any, module: ModuleType) -> dict[str, Any] | None:
         from solo_ext.config import CORE_RUN_OPTIONS
         from solo_ext.data.dali import check_dali_keys
 
-        check_given(cfg, {"devices": CORE_RUN_OPTIONS["devices"]})
+        check_options(cfg, {"devices": CORE_RUN_OPTIONS["devices"]})
         check_dali_keys(cfg)
     dataset = OmegaConf.select(cfg, "data.dataset", default=None)
     data_format = declared(cfg, "data.format", DATA_KEYS)

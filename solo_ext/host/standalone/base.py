@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from omegaconf import DictConfig
 from torch import nn
 
-from solo_ext.config import CROP_OPTIONS, HOST_OPTIONS, fill_defaults
+from solo_ext.config import CROP_OPTIONS, HOST_OPTIONS, fill_options
 from solo_ext.host.standalone.backbones import BACKBONES, build_backbone, feature_dim
 from solo_ext.host.standalone.momentum import MomentumUpdater, initialize_momentum_params
 from solo_ext.host.standalone.optim import OPTIMIZERS, SCHEDULERS, step_schedule, warmup_cosine
@@ -118,8 +118,8 @@ class BaseMethod(pl.LightningModule):
         cfg.backbone.kwargs = omegaconf_select(cfg, "backbone.kwargs", {})
         cfg.optimizer.kwargs = omegaconf_select(cfg, "optimizer.kwargs", {})
         cfg.scheduler.lr_decay_steps = omegaconf_select(cfg, "scheduler.lr_decay_steps", None)
-        fill_defaults(cfg, {k: o for k, o in HOST_OPTIONS.items() if not k.startswith("momentum.")})
-        fill_defaults(cfg, CROP_OPTIONS)
+        fill_options(cfg, {k: o for k, o in HOST_OPTIONS.items() if not k.startswith("momentum.")})
+        fill_options(cfg, CROP_OPTIONS)
         checks = {
             "optimizer.name": (cfg.optimizer.get("name"), tuple(BaseMethod._OPTIMIZERS)),
             "scheduler.interval": (cfg.scheduler.interval, ("step", "epoch")),
@@ -292,7 +292,7 @@ class BaseMomentumMethod(BaseMethod):
     def add_and_assert_specific_cfg(cfg: DictConfig) -> DictConfig:
         cfg = super(BaseMomentumMethod, BaseMomentumMethod).add_and_assert_specific_cfg(cfg)
         _section(cfg, "momentum")
-        fill_defaults(cfg, {k: o for k, o in HOST_OPTIONS.items() if k.startswith("momentum.")})
+        fill_options(cfg, {k: o for k, o in HOST_OPTIONS.items() if k.startswith("momentum.")})
         return cfg
 
     @property
