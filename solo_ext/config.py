@@ -6,6 +6,7 @@ import contextlib
 import dataclasses
 import math
 import sys
+import textwrap
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from numbers import Integral, Real
@@ -101,6 +102,7 @@ class Option:
     high_open: bool = False
     choices: tuple[str, ...] = ()
     nullable: bool = False
+    help: str = ""  # what the key does, in a few words (docstrings and the README list it)
 
     def bounds(self) -> str:
         lo = "" if self.low is None else (f"> {self.low}" if self.low_open else f">= {self.low}")
@@ -192,6 +194,40 @@ class Option:
             if self.kind == "int":
                 out.append((self.low or 0) + 1.5)
         return [v for v in out if not self.valid(v)]  # (null in a config means the default)
+
+
+def shown(value: Any) -> str:
+    """A default as a config file writes it (``true``, ``0.07``, ``[0.05, 0.6]``, `random`)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    if isinstance(value, str):
+        return f"`{value}`"
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(shown(v) for v in value) + "]"
+    return str(value)
+
+
+def option_entries(options: Mapping[str, Option]) -> list[str]:
+    """One entry per key, from its declaration: "`key` (default <value>): <help>" (Markdown; a
+    null default, decided later, is said by the help)."""
+    out = []
+    for key, option in options.items():
+        default = "" if option.default is None else f" (default {shown(option.default)})"
+        out.append(f"`{key}`{default}: {option.help}" if option.help else f"`{key}`{default}")
+    return out
+
+
+def options_docstring(options: Mapping[str, Option], section: str = "method_kwargs") -> str:
+    """The list of ``options`` for a docstring (what :func:`option_entries` says, in reST)."""
+    lines = [f"Config (``{section}``, from the declarations):"]
+    for entry in option_entries(options):
+        text = entry.replace("`", "``")
+        lines += textwrap.wrap(
+            text, 92, initial_indent="    ", subsequent_indent="        ", break_on_hyphens=False
+        )
+    return "\n".join(lines)
 
 
 # the keys solo-learn's ``BaseMethod`` / ``BaseMomentumMethod`` fill, with solo-learn's defaults:

@@ -36,3 +36,44 @@ def test_the_tested_solo_learn_is_the_one_the_bridge_names():
     release, commit = TESTED_WITH
     assert f"solo-learn {release} at\ncommit `{commit}`" in README
     assert f"git checkout {commit}" in README
+
+
+def test_the_methods_table_lists_the_declared_options():
+    """Each method's ``method_kwargs`` in the README's Methods table are its declarations (key,
+    default, help), as ``tools/readme_options.py`` writes them; the class docstring lists the
+    same declarations."""
+    import sys
+
+    sys.path.insert(0, str(ROOT / "tools"))
+    try:
+        import readme_options
+    finally:
+        sys.path.pop(0)
+    from solo_ext.config import option_entries
+    from solo_ext.methods.registry import SOLO_EXT_METHODS, load, options_markdown
+
+    rows = {m["name"]: m["keys"] for m in readme_options.ROW.finditer(README)}
+    assert set(SOLO_EXT_METHODS) <= set(rows), sorted(set(SOLO_EXT_METHODS) - set(rows))
+    for name in SOLO_EXT_METHODS:
+        assert rows[name] == options_markdown(name), (
+            f"README's {name} row differs from its declarations: run tools/readme_options.py"
+        )
+        options = load(name).METHOD_KWARGS
+        assert all(option.help for option in options.values()), name  # every key says what it is
+        doc = " ".join(load(name).__doc__.split())
+        for entry in option_entries(options):
+            assert " ".join(entry.replace("`", "``").split()) in doc, (name, entry)
+
+
+def test_the_methods_table_follows_a_changed_declaration(monkeypatch):
+    """The list is made from the declarations: a default changed there shows in the row."""
+    import dataclasses
+
+    from solo_ext.methods.registry import load, options_markdown
+
+    options = load("scl").METHOD_KWARGS
+    assert "`temperature` (default 0.07): " in options_markdown("scl")
+    monkeypatch.setitem(
+        options, "temperature", dataclasses.replace(options["temperature"], default=0.5)
+    )
+    assert "`temperature` (default 0.5): " in options_markdown("scl")

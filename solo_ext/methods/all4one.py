@@ -7,21 +7,7 @@ differs from it in what ``method_kwargs`` can set (every constant below), in fin
 nearest neighbour and the top-k with one matmul, in running the four centroid sequences of a
 step through the transformer in one call, and in a support set of any size (wrap-around).
 
-Extra config (``method_kwargs``):
-    proj_hidden_dim, proj_output_dim, pred_hidden_dim: 2048, 256, 4096 (upstream).
-    temperature (float): of the neighbour InfoNCE. Default 0.2.
-    centroid_temperature (float): of the centroid InfoNCE. Default 0.1 (upstream's fixed value).
-    queue_size (int): support-set size. Default 98304.
-    k (int): neighbours per centroid, in [1, queue_size]. Default 5.
-    num_layers, num_heads, ff_dim, dropout: the transformer's; default 3, 8, 2 x
-        proj_output_dim, 0.1.
-    pos_len (int | None): positions encoded (None: k); pos_encoding: "upstream" (default, the
-        published layout) or "tokens" (see ``modules/centroid_transformer.py``).
-    sigma, kappa, eta (float): weights of the neighbour, centroid and feature terms; 0.5, 0.5, 5.
-    transformer_lr (float): the transformer's learning rate (not batch-scaled). Default 0.1.
-    feature_gather (bool): the feature term on the batch gathered over all processes; by
-        default on each process's own batch, as the published code computes it (the same on
-        one GPU). Default False.
+Its ``method_kwargs``: the class's docstring lists them, from their declarations.
 """
 
 from __future__ import annotations
@@ -43,24 +29,55 @@ from solo_ext.modules.support_set import Neighbours, SupportSet
 
 class All4OneCT(MomentumQueueMethod):
     METHOD_KWARGS: dict[str, Option] = {
-        "proj_hidden_dim": Option(2048, "int", 1),
-        "proj_output_dim": Option(256, "int", 1),
-        "pred_hidden_dim": Option(4096, "int", 1),
-        "temperature": Option(0.2, "float", 0, low_open=True),
-        "centroid_temperature": Option(0.1, "float", 0, low_open=True),
-        "queue_size": Option(98304, "int", 1),
-        "k": Option(5, "int", 1),
-        "num_layers": Option(3, "int", 1),
-        "num_heads": Option(8, "int", 1),
-        "ff_dim": Option(None, "int", 1, nullable=True),
-        "dropout": Option(0.1, "float", 0, 1, high_open=True),
-        "pos_len": Option(None, "int", 1, nullable=True),
-        "pos_encoding": Option("upstream", "str", choices=tuple(POSITIONAL_ENCODINGS)),
-        "sigma": Option(0.5, "float", 0),
-        "kappa": Option(0.5, "float", 0),
-        "eta": Option(5.0, "float", 0),
-        "transformer_lr": Option(0.1, "float", 0, low_open=True),
-        "feature_gather": Option(False, "bool"),
+        "proj_hidden_dim": Option(
+            2048, "int", 1, help="the projector's hidden width (3 layers, BN)"
+        ),
+        "proj_output_dim": Option(256, "int", 1, help="the embedding's width"),
+        "pred_hidden_dim": Option(4096, "int", 1, help="the predictors' hidden width"),
+        "temperature": Option(0.2, "float", 0, low_open=True, help="of the neighbour InfoNCE"),
+        "centroid_temperature": Option(
+            0.1, "float", 0, low_open=True, help="of the centroid InfoNCE (upstream's fixed value)"
+        ),
+        "queue_size": Option(98304, "int", 1, help="the support set's size (any size)"),
+        "k": Option(5, "int", 1, help="neighbours per centroid, at most `queue_size`"),
+        "num_layers": Option(3, "int", 1, help="the centroid transformer's layers"),
+        "num_heads": Option(8, "int", 1, help="its attention heads"),
+        "ff_dim": Option(
+            None,
+            "int",
+            1,
+            nullable=True,
+            help="its feed-forward width; null: 2 x `proj_output_dim`",
+        ),
+        "dropout": Option(0.1, "float", 0, 1, high_open=True, help="its dropout"),
+        "pos_len": Option(None, "int", 1, nullable=True, help="positions it encodes; null: `k`"),
+        "pos_encoding": Option(
+            "upstream",
+            "str",
+            choices=tuple(POSITIONAL_ENCODINGS),
+            help=(
+                "`upstream`: the published code's layout of the positional encoding; "
+                "`tokens`: the usual one, over the tokens"
+            ),
+        ),
+        "sigma": Option(0.5, "float", 0, help="weight of the neighbour term"),
+        "kappa": Option(0.5, "float", 0, help="weight of the centroid term"),
+        "eta": Option(5.0, "float", 0, help="weight of the feature term (redundancy reduction)"),
+        "transformer_lr": Option(
+            0.1,
+            "float",
+            0,
+            low_open=True,
+            help="the transformer's learning rate (not batch-scaled)",
+        ),
+        "feature_gather": Option(
+            False,
+            "bool",
+            help=(
+                "the feature term on the batch gathered over all processes; false: each "
+                "process's own batch, as published (the same on one GPU)"
+            ),
+        ),
     }
 
     @classmethod

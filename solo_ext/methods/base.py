@@ -9,6 +9,7 @@ across keys; they stay thin.
 from __future__ import annotations
 
 import contextlib
+import inspect
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -17,7 +18,14 @@ import torch.nn.functional as F
 from omegaconf import DictConfig
 
 from solo_ext.common import announce
-from solo_ext.config import ConfigError, Option, check_options, fill_options, world_size
+from solo_ext.config import (
+    ConfigError,
+    Option,
+    check_options,
+    fill_options,
+    options_docstring,
+    world_size,
+)
 from solo_ext.eval.knn_classifier import LongTailKNN
 from solo_ext.eval.shot_accuracy import HeadAccuracy
 from solo_ext.facts import FEW_THRESHOLD, MANY_THRESHOLD
@@ -137,6 +145,10 @@ class SoloExtMethod:
         super().__init_subclass__(**kwargs)
         # the host's schedules and solo-ext's (warmup_step), which configure_optimizers runs
         cls._SCHEDULERS = list(dict.fromkeys([*cls._SCHEDULERS, *SCHEDULES]))
+        # the class's docstring ends with its method_kwargs, generated from their declarations
+        own = inspect.cleandoc(vars(cls).get("__doc__") or "")
+        listed = options_docstring(getattr(cls, "METHOD_KWARGS", {}))
+        cls.__doc__ = f"{own}\n\n{listed}" if own else listed
 
     @classmethod
     def add_and_assert_specific_cfg(cls, cfg: DictConfig) -> DictConfig:
@@ -284,10 +296,10 @@ class MomentumQueueMethod(SoloExtMethod, BaseMomentumMethod):
     """Projector + momentum projector (``z`` in the outputs) and a queue of keys."""
 
     METHOD_KWARGS: dict[str, Option] = {
-        "proj_hidden_dim": Option(2048, "int", 1),
-        "proj_output_dim": Option(128, "int", 1),
-        "temperature": Option(0.07, "float", 0, low_open=True),
-        "queue_size": Option(65536, "int", 1),
+        "proj_hidden_dim": Option(2048, "int", 1, help="the projector's hidden width"),
+        "proj_output_dim": Option(128, "int", 1, help="the embedding's width"),
+        "temperature": Option(0.07, "float", 0, low_open=True, help="the softmax temperature"),
+        "queue_size": Option(65536, "int", 1, help="keys in the queue (with their labels)"),
     }
 
     def __init__(self, cfg: DictConfig):

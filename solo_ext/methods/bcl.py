@@ -21,13 +21,7 @@ the contrast set is the batch gathered over them (``batch_gather: true``; false:
 own). solo-learn's online linear classifier on detached features still runs beside it
 (``val_acc1``), as for every method.
 
-Extra config (``method_kwargs``):
-    proj_hidden_dim (int): the MLPs' hidden width (the features' width officially: 2048).
-    proj_output_dim (int): the embeddings' and prototypes' width (``--feat_dim`` 1024).
-    temperature (float): of the contrastive loss (``--temp`` 0.07).
-    alpha (float): weight of the cross-entropy (1.0). beta (float): of the contrast (0.35).
-    tau (float): strength of the logit adjustment (1.0).
-    batch_gather (bool): see above (true).
+Its ``method_kwargs``: the class's docstring lists them, from their declarations.
 """
 
 from __future__ import annotations
@@ -85,13 +79,26 @@ class BCL(SoloExtMethod, BaseMethod):
     JOINT_HEAD = True
     SOLO_LEARN_CROPS = SOLO_LEARN_SPLIT
     METHOD_KWARGS: dict[str, Option] = {
-        "proj_hidden_dim": Option(2048, "int", 1),
-        "proj_output_dim": Option(1024, "int", 1),
-        "temperature": Option(0.07, "float", 0, low_open=True),
-        "alpha": Option(1.0, "float", 0),
-        "beta": Option(0.35, "float", 0),
-        "tau": Option(1.0, "float", 0),
-        "batch_gather": Option(True, "bool"),
+        "proj_hidden_dim": Option(
+            2048, "int", 1, help="the MLPs' hidden width (the features' width officially)"
+        ),
+        "proj_output_dim": Option(
+            1024, "int", 1, help="the embeddings' and prototypes' width (`--feat_dim`)"
+        ),
+        "temperature": Option(
+            0.07, "float", 0, low_open=True, help="of the contrastive loss (`--temp`)"
+        ),
+        "alpha": Option(1.0, "float", 0, help="weight of the logit-adjusted cross-entropy"),
+        "beta": Option(0.35, "float", 0, help="weight of the balanced contrast"),
+        "tau": Option(1.0, "float", 0, help="strength of the logit adjustment"),
+        "batch_gather": Option(
+            True,
+            "bool",
+            help=(
+                "the contrast set is the batch gathered over all processes, as the official "
+                "run's one DataParallel batch; false: each process's own"
+            ),
+        ),
     }
 
     @classmethod

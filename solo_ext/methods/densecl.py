@@ -6,24 +6,8 @@ pooled to a ``grid_size`` x ``grid_size`` grid. One direction per step, as the p
 trains: the first large crop's queries against the second crop's keys, whose B global keys and
 B averaged dense keys are enqueued.
 
-Extra config (``method_kwargs``):
-    proj_hidden_dim, proj_output_dim, queue_size: as ``scl`` (2048, 128, 65536); the dense
-        queue has the same size.
-    temperature (float): 0.2 (MoCo v2 / DenseCL).
-    lambda (float): weight of the dense term in [0, 1]. Default 0.5, from the first step, as in
-        the published configs.
-    warmup_steps (int): optimiser steps with lambda = 0 first (the published code's warm-up
-        hook, which its configs leave off). Default 0.
-    grid_size (int | None): pool the map to this grid (None keeps the backbone's).
-    symmetric (bool): both directions per step, with a global and a dense queue per view (as
-        solo-learn's MoCo v2+). Default False.
-    projector_init (str): ``kaiming``: the global projector's linear layers start Kaiming-normal
-        (fan in, ReLU gain) with zero biases, the dense branch at PyTorch's default, as the
-        published code initialises its neck; ``default``: PyTorch's default for both. Default
-        ``kaiming``.
-    queue_start (str): ``random``: both queues start as random unit keys, all in the loss from
-        the first step, as the published code; ``empty``: slots are left out until written.
-        Default ``random``.
+Its ``method_kwargs``: the class's docstring lists them, from their declarations.
+
 With ``lambda: 0`` this is the MoCo v2 baseline of the paper, at MoCo v2's cost: the dense
 branch is then not computed at all.
 """
@@ -47,13 +31,62 @@ from solo_ext.modules.queue import KeyQueue
 class DenseCL(MomentumQueueMethod):
     METHOD_KWARGS: dict[str, Option] = {
         **MomentumQueueMethod.METHOD_KWARGS,
-        "temperature": Option(0.2, "float", 0, low_open=True),
-        "lambda": Option(0.5, "float", 0, 1),
-        "warmup_steps": Option(0, "int", 0),
-        "grid_size": Option(None, "int", 1, nullable=True),
-        "symmetric": Option(False, "bool"),
-        "queue_start": Option("random", "str", choices=QUEUE_STARTS),
-        "projector_init": Option("kaiming", "str", choices=("kaiming", "default")),
+        "temperature": Option(
+            0.2, "float", 0, low_open=True, help="of both InfoNCE terms (MoCo v2 / DenseCL)"
+        ),
+        "lambda": Option(
+            0.5,
+            "float",
+            0,
+            1,
+            help=(
+                "weight of the dense term, in [0, 1], from the first step as in the published"
+                " configs; 0: the MoCo v2 baseline (the dense branch is then not computed)"
+            ),
+        ),
+        "warmup_steps": Option(
+            0,
+            "int",
+            0,
+            help=(
+                "optimiser steps with lambda = 0 first (the published code's warm-up hook, "
+                "which its configs leave off)"
+            ),
+        ),
+        "grid_size": Option(
+            None,
+            "int",
+            1,
+            nullable=True,
+            help="pool the last map to this grid; null: the backbone's",
+        ),
+        "symmetric": Option(
+            False,
+            "bool",
+            help=(
+                "both directions per step, with a global and a dense queue per view (as solo-"
+                "learn's MoCo v2+)"
+            ),
+        ),
+        "queue_start": Option(
+            "random",
+            "str",
+            choices=QUEUE_STARTS,
+            help=(
+                "`random`: both queues start as random unit keys, all in the loss from the "
+                "first step, as published; `empty`: slots left out until written"
+            ),
+        ),
+        "projector_init": Option(
+            "kaiming",
+            "str",
+            choices=("kaiming", "default"),
+            help=(
+                "`kaiming`: the global projector's linear layers Kaiming-normal (fan in, ReLU"
+                " gain) with zero biases, the dense branch at PyTorch's default, as the "
+                "published neck; `default`: PyTorch's default for both"
+            ),
+        ),
     }
 
     def __init__(self, cfg: DictConfig):

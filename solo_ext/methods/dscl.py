@@ -3,10 +3,7 @@
 The ``scl`` method with the DSCL loss (``solo_ext.losses.dscl``): the augmented view keeps the
 weight alpha whatever the class size, the same-class positives share 1 - alpha.
 
-Extra config (``method_kwargs``, besides those of ``scl``):
-    alpha (float | "scl"): weight of the augmented view in [0, 1]; "scl" gives SCL's weights.
-    beta (float): the official code's form, alpha = 1 / (1 + beta); give alpha or beta. When
-        neither is given, beta = 8 (the official main.py).
+Its ``method_kwargs``: the class's docstring lists them, from their declarations.
 """
 
 from __future__ import annotations
@@ -25,8 +22,28 @@ class DecoupledLoss(Criterion):
     distillation): the weights alpha / beta, and the loss of one direction."""
 
     OPTIONS: dict[str, Option] = {
-        "alpha": Option(None, "float", 0, 1, choices=("scl",), nullable=True),
-        "beta": Option(None, "float", 0, nullable=True),
+        "alpha": Option(
+            None,
+            "float",
+            0,
+            1,
+            choices=("scl",),
+            nullable=True,
+            help=(
+                "weight of the augmented view in [0, 1], whatever the class size (the same-"
+                "class positives share 1 - alpha); `scl`: SCL's weights; give alpha or beta"
+            ),
+        ),
+        "beta": Option(
+            None,
+            "float",
+            0,
+            nullable=True,
+            help=(
+                "the official form, alpha = 1 / (1 + beta); when neither is given, beta = 8 "
+                "(the official run)"
+            ),
+        ),
     }
 
     @classmethod

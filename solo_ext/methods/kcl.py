@@ -3,28 +3,36 @@
 The ``scl`` method's step (momentum encoder, labelled queue, one direction per step: the first
 crop's queries against the second crop's keys, the keys enqueued after the step) with its own
 loss (``solo_ext.losses.kcl``): a soft target spread evenly over the key and at most ``k_pos``
-same-class queue entries, picked as the official code picks them (``torch.topk`` on the
-same-class mask). It reports a class-balanced linear classifier trained after pretraining (two
-stages, like DSCL): ``scripts/linear/<dataset>/dscl.yaml``. ``tsc`` (``methods/tsc.py``) is
-KCL with class targets.
+same-class queue entries, picked as ``positives`` says (random draws, as the KCL run of the
+targeted-supcon code; or ``torch.topk`` on the same-class mask, BalFeat's). It reports a
+class-balanced linear classifier trained after pretraining (two stages, like DSCL):
+``scripts/linear/<dataset>/dscl.yaml``. ``tsc`` (``methods/tsc.py``) is KCL with class targets.
 
-Extra config (``method_kwargs``, besides those of ``scl``):
-    k_pos (int | "all"): same-class queue entries per anchor (the official README's 6); ``all``:
-        every one (the official script's default); 0: MoCo's InfoNCE.
-    queue_start: ``random``: the queue starts as random unit keys without labels, every one a
-        negative until overwritten (the official code); ``empty``: those slots are left out.
+Its ``method_kwargs``: the class's docstring lists them, from their declarations.
 """
 
 from __future__ import annotations
 
 from solo_ext.config import Option
 from solo_ext.losses.kcl import kcl_loss, tsc_loss
-from solo_ext.methods.scl import SCL, Criterion
+from solo_ext.methods.scl import QUEUE_STARTS, SCL, Criterion
 
 
 def count(value: int | str) -> int | None:
     """A positives count of the config: an integer, or ``all`` (every same-class entry)."""
     return None if value == "all" else int(value)
+
+
+# the queue's start of KCL and TSC: unit keys without labels (negatives until overwritten)
+UNLABELLED_QUEUE_START = Option(
+    "random",
+    "str",
+    choices=QUEUE_STARTS,
+    help=(
+        "`random`: the queue starts as random unit keys without labels, each a negative until "
+        "overwritten, the official start; `empty`: those slots left out of the loss"
+    ),
+)
 
 
 class KPositiveLoss(Criterion):
@@ -41,8 +49,27 @@ class KPositiveLoss(Criterion):
     """
 
     OPTIONS: dict[str, Option] = {
-        "k_pos": Option(6, "int", 0, choices=("all",)),
-        "positives": Option("random", "str", choices=("random", "topk")),
+        "queue_start": UNLABELLED_QUEUE_START,
+        "k_pos": Option(
+            6,
+            "int",
+            0,
+            choices=("all",),
+            help=(
+                "same-class queue entries per anchor (the official README's 6); `all`: every "
+                "one; 0: MoCo's InfoNCE"
+            ),
+        ),
+        "positives": Option(
+            "random",
+            "str",
+            choices=("random", "topk"),
+            help=(
+                "`random`: `k_pos` random draws among the same-class entries, the KCL run of "
+                "the targeted-supcon code that the ImageNet-LT recipe follows; `topk`: "
+                "`torch.topk` on the same-class mask, BalFeat's operation"
+            ),
+        ),
     }
     LABELLED_QUEUE_START = False
 

@@ -20,18 +20,7 @@ step (``queue_start: empty`` leaves unwritten slots out instead). The head predi
 plain logits (the prior is added in the loss only). solo-learn's online linear classifier on
 detached features still runs beside it (``val_acc1``), as for every method.
 
-Extra config (``method_kwargs``, besides the projector's and the queue's of every MoCo-style
-method):
-    alpha (float): weight of each same-class sample (ImageNet-LT 0.05; CIFAR-100-LT 0.01; GPaCo
-        ImageNet-LT 0.045).
-    beta (float): weight of the anchor's own class centre (1).
-    gamma (float): weight of the samples in the denominator (1).
-    temperature: the sample logits' temperature (``--moco-t``: ImageNet-LT 0.2, CIFAR 0.05).
-    gpaco (bool): GPaCo's step (see above). Default false.
-    label_smoothing (float): GPaCo's ``smooth`` on the centre weights (0; only with gpaco).
-    log_prior (bool): the log class prior of the training counts added to the centre logits
-        (true, as the long-tailed runs; GPaCo's full-ImageNet run has none).
-    queue_start (str): ``random`` (the official start) or ``empty``.
+Its ``method_kwargs``: the class's docstring lists them, from their declarations.
 """
 
 from __future__ import annotations
@@ -73,15 +62,58 @@ class PaCo(MomentumQueueMethod):
     JOINT_HEAD = True
     METHOD_KWARGS: dict[str, Option] = {
         **MomentumQueueMethod.METHOD_KWARGS,
-        "temperature": Option(0.2, "float", 0, low_open=True),
-        "queue_size": Option(8192, "int", 1),
-        "alpha": Option(0.05, "float", 0),
-        "beta": Option(1.0, "float", 0),
-        "gamma": Option(1.0, "float", 0),
-        "gpaco": Option(False, "bool"),
-        "label_smoothing": Option(0.0, "float", 0, 1, high_open=True),
-        "log_prior": Option(True, "bool"),
-        "queue_start": Option("random", "str", choices=QUEUE_STARTS),
+        "temperature": Option(
+            0.2,
+            "float",
+            0,
+            low_open=True,
+            help="of the sample logits (`--moco-t`: ImageNet-LT 0.2, CIFAR 0.05)",
+        ),
+        "queue_size": Option(8192, "int", 1, help="keys in the queue (with their labels)"),
+        "alpha": Option(
+            0.05,
+            "float",
+            0,
+            help=(
+                "weight of each same-class sample (ImageNet-LT 0.05; CIFAR-100-LT 0.01; GPaCo"
+                " ImageNet-LT 0.045)"
+            ),
+        ),
+        "beta": Option(1.0, "float", 0, help="weight of the anchor's own class centre"),
+        "gamma": Option(1.0, "float", 0, help="weight of the samples in the denominator"),
+        "gpaco": Option(
+            False,
+            "bool",
+            help=(
+                "GPaCo's step: no momentum encoder, both views anchors with their head "
+                "logits, GPaCo's projection without BN"
+            ),
+        ),
+        "label_smoothing": Option(
+            0.0,
+            "float",
+            0,
+            1,
+            high_open=True,
+            help="GPaCo's `smooth` on the centre weights (only with `gpaco`)",
+        ),
+        "log_prior": Option(
+            True,
+            "bool",
+            help=(
+                "log(n_c / n) of the training counts added to the head's logits in the loss, "
+                "as the long-tailed runs (false: none, GPaCo's full-ImageNet run)"
+            ),
+        ),
+        "queue_start": Option(
+            "random",
+            "str",
+            choices=QUEUE_STARTS,
+            help=(
+                "`random`: keys normalised over the queue with random labels, all in the loss"
+                " from the first step, the official start; `empty`: unwritten slots left out"
+            ),
+        ),
     }
 
     @classmethod

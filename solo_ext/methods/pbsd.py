@@ -19,14 +19,8 @@ Where the patches come from (``patch_source``):
   An approximation of the published patches (their colour is augmented twice); it is what a
   loader that cannot make them (solo-learn's DALI loader) gets, and the run says so once.
 
-Extra config (``method_kwargs``, besides those of ``dscl``):
-    pbsd_weight (float): weight of the PBSD loss. Default 1.5 (official).
-    num_boxes (int): boxes per image. Default 5.
-    box_scale (list[float]): area range of a box, as a fraction of the crop, in (0, 1].
-        Default [0.05, 0.6].
-    box_ratio (list[float]): aspect-ratio range. Default [0.75, 1.3333].
-    box_crop_size (int | None): side of the patches; default 64 px per 224 px of crop.
-    patch_source (str): "loader" or "device", see above. Default "loader".
+Its ``method_kwargs``: the class's docstring lists them, from their declarations.
+
 ViT and Swin backbones need ``backbone.kwargs.dynamic_img_size: true`` (the patches are smaller
 than the crop); the patch side is rounded to a multiple of their patch (Swin's: 4 px), and is at
 least 32 px for ConvNeXt.
@@ -83,12 +77,33 @@ class PatchDistillation(StepTerm):
 
     PATCH_SOURCES = ("loader", "device")
     OPTIONS: dict[str, Option] = {
-        "pbsd_weight": Option(1.5, "float", 0),
-        "num_boxes": Option(5, "int", 1),
-        "box_scale": Option([0.05, 0.6], "pair", 0, 1, low_open=True),
-        "box_ratio": Option([0.75, 4 / 3], "pair", 0, low_open=True),
-        "box_crop_size": Option(None, "int", 8, nullable=True),
-        "patch_source": Option("loader", "str", choices=PATCH_SOURCES),
+        "pbsd_weight": Option(1.5, "float", 0, help="weight of the distillation term (official)"),
+        "num_boxes": Option(5, "int", 1, help="boxes (patches) per image"),
+        "box_scale": Option(
+            [0.05, 0.6],
+            "pair",
+            0,
+            1,
+            low_open=True,
+            help="a box's area range, as a fraction of the query crop, in (0, 1]",
+        ),
+        "box_ratio": Option(
+            [0.75, 4 / 3], "pair", 0, low_open=True, help="a box's aspect-ratio range"
+        ),
+        "box_crop_size": Option(
+            None, "int", 8, nullable=True, help="the patches' side; null: 64 px per 224 px of crop"
+        ),
+        "patch_source": Option(
+            "loader",
+            "str",
+            choices=PATCH_SOURCES,
+            help=(
+                "`loader`: the loader cuts the patches after the crop's geometry and before "
+                "its colour augmentation and augments each on its own, as published; "
+                "`device`: cut on the device from the augmented crop (an approximation; what "
+                "DALI runs get)"
+            ),
+        ),
     }
     NEEDS_FEATURE_MAP = True
 

@@ -52,3 +52,28 @@ def method_transform(cfg) -> object | None:
 
     hook = getattr(METHODS.get(cfg.get("method")), "pretrain_transform", None)
     return hook(cfg) if hook is not None else None
+
+
+def options_markdown(name: str) -> str:
+    """The README's list of a method's ``method_kwargs`` (its Methods table's last column), from
+    the declarations: "those of `<method>`" where another solo-ext method declares a part of
+    the keys (each key that differs given again), then each key as
+    :func:`solo_ext.config.option_entries` gives it."""
+    from solo_ext.config import option_entries
+
+    mine = load(name).METHOD_KWARGS
+    within = [
+        other
+        for other in SOLO_EXT_METHODS
+        if other != name and set(load(other).METHOD_KWARGS) <= set(mine)
+    ]
+    if not within:
+        return "; ".join(option_entries(mine))
+    parent = max(within, key=lambda other: len(load(other).METHOD_KWARGS))
+    inherited = load(parent).METHOD_KWARGS
+    changed = {key: option for key, option in mine.items() if inherited.get(key, option) != option}
+    added = {key: option for key, option in mine.items() if key not in inherited}
+    out = f"those of `{parent}`"
+    if changed:
+        out += ", but " + "; ".join(option_entries(changed))
+    return out + ("; plus " if changed else ", plus ") + "; ".join(option_entries(added))

@@ -8,20 +8,7 @@ the gathered batch) are enqueued after the step. Under distributed training the 
 contrast set is each process's own queries and keys, as the published code's (only the enqueued
 keys are gathered); ``batch_gather`` contrasts the gathered batch instead.
 
-Extra config (``method_kwargs``):
-    proj_hidden_dim (int): projector hidden width. Default 2048.
-    proj_output_dim (int): embedding dimension. Default 128.
-    temperature (float): softmax temperature, > 0. Default 0.07.
-    queue_size (int): number of queued keys (with their labels). Default 65536.
-    symmetric (bool): both directions per step, as solo-learn's MoCo v2+ runs them: each view's
-        queries against the other view's keys and a queue of the other view's keys (one queue
-        per view, so no image is twice in a queue). Default False.
-    batch_gather (bool): the in-batch contrast set (anchors, their keys and the other
-        positives and negatives of the batch) is the batch gathered over all processes; by
-        default each process's own, as the published code. The same on one process.
-    queue_start (str): ``random``: the queue starts as random unit keys with random labels in
-        [0, classes), all of them in the loss from the first step, as the published code;
-        ``empty``: slots are left out of the loss until written. Default ``random``.
+Its ``method_kwargs``: the class's docstring lists them, from their declarations.
 
 The supervised family (``dscl``, ``pbsd``, ``kcl``, ``tsc``) is this step with other parts, each
 method one class over ``SCL``: a ``Criterion`` (the loss of a direction, with its options) and
@@ -125,18 +112,43 @@ class SCL(MomentumQueueMethod):
     TERMS: tuple[type[StepTerm], ...] = ()
     METHOD_KWARGS: dict[str, Option] = {
         **MomentumQueueMethod.METHOD_KWARGS,
-        "symmetric": Option(False, "bool"),
-        "queue_start": Option("random", "str", choices=QUEUE_STARTS),
-        "batch_gather": Option(False, "bool"),
+        "symmetric": Option(
+            False,
+            "bool",
+            help=(
+                "both directions per step, as solo-learn's MoCo v2+: each view's queries "
+                "against the other view's keys and a queue of that view's keys (one queue per"
+                " view); false: the first crop's queries against the second crop's keys, as "
+                "published"
+            ),
+        ),
+        "queue_start": Option(
+            "random",
+            "str",
+            choices=QUEUE_STARTS,
+            help=(
+                "`random`: the queue starts as random unit keys with random labels in [0, "
+                "classes), all in the loss from the first step, as published; `empty`: slots "
+                "left out of the loss until written"
+            ),
+        ),
+        "batch_gather": Option(
+            False,
+            "bool",
+            help=(
+                "the in-batch contrast set is the batch gathered over all processes; false: "
+                "each process's own queries and keys, as published (the same on one process)"
+            ),
+        ),
     }
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         """A subclass's ``method_kwargs``, derived: the supervised step's, then its parts'
         (criterion, terms), unless it declares its own table."""
-        super().__init_subclass__(**kwargs)
         if "METHOD_KWARGS" not in vars(cls):
             parts = {key: option for part in cls.parts() for key, option in part.OPTIONS.items()}
             cls.METHOD_KWARGS = {**SCL.METHOD_KWARGS, **parts}
+        super().__init_subclass__(**kwargs)  # (after: the docstring lists METHOD_KWARGS)
 
     @classmethod
     def parts(cls) -> tuple[Any, ...]:

@@ -6,19 +6,7 @@ run starts, as the official ``target_generation.py`` makes them, and kept in the
 assigned to the classes by Hungarian matching of the class centroids at every step. It reports a
 class-balanced linear classifier trained after pretraining: ``scripts/linear/<dataset>/dscl.yaml``.
 
-Extra config (``method_kwargs``, besides those of ``scl``):
-    num_positive (int | "all"): same-class entries drawn per anchor (6); ``all``: every one (the
-        official ``--K 0``).
-    target_weight (float): weight of the target term (0.2, the official README's run).
-    target_repeat (int): copies of each target in the contrast set (1).
-    separate_target (bool): the class target is always a positive, the draws take from the
-        queue only (true, the official README's run; the script's default is false).
-    target_steps (int): Adam steps that spread the targets (10000, as official).
-    kcl_epochs (int): the first epochs train the TSC code's KCL (random draws, no targets, no
-        centroid updates), as the official run trains half its epochs; null: half of
-        ``max_epochs``. (The official run also restarts its optimiser and learning-rate schedule
-        when the targets join; here one schedule runs through.)
-    queue_start: as ``kcl``'s.
+Its ``method_kwargs``: the class's docstring lists them, from their declarations.
 """
 
 from __future__ import annotations
@@ -29,7 +17,7 @@ from omegaconf import DictConfig
 from solo_ext.config import CORE_RUN_OPTIONS, Option, declared
 from solo_ext.host import gather
 from solo_ext.losses.kcl import tsc_assign, tsc_loss, tsc_targets, tsc_update_centroids
-from solo_ext.methods.kcl import count
+from solo_ext.methods.kcl import UNLABELLED_QUEUE_START, count
 from solo_ext.methods.scl import SCL, Criterion
 
 
@@ -38,12 +26,44 @@ class TargetedLoss(Criterion):
     epochs. Its state (centroids, targets) lives on the method, in its checkpoints."""
 
     OPTIONS: dict[str, Option] = {
-        "num_positive": Option(6, "int", 0, choices=("all",)),
-        "target_weight": Option(0.2, "float", 0),
-        "target_repeat": Option(1, "int", 1),
-        "separate_target": Option(True, "bool"),
-        "target_steps": Option(10000, "int", 1),
-        "kcl_epochs": Option(None, "int", 0, nullable=True),
+        "queue_start": UNLABELLED_QUEUE_START,
+        "num_positive": Option(
+            6,
+            "int",
+            0,
+            choices=("all",),
+            help="same-class entries drawn per anchor; `all`: every one (the official `--K 0`)",
+        ),
+        "target_weight": Option(
+            0.2, "float", 0, help="weight of the target term (the official README's run)"
+        ),
+        "target_repeat": Option(
+            1, "int", 1, help="copies of each class target in the contrast set"
+        ),
+        "separate_target": Option(
+            True,
+            "bool",
+            help=(
+                "the class target is always a positive and the draws take from the queue only"
+                " (the official README's run; the script's default is false)"
+            ),
+        ),
+        "target_steps": Option(
+            10000,
+            "int",
+            1,
+            help="optimiser steps that spread the C targets on the sphere (as official)",
+        ),
+        "kcl_epochs": Option(
+            None,
+            "int",
+            0,
+            nullable=True,
+            help=(
+                "the first epochs train KCL without targets, as the official run trains half "
+                "of its epochs; null: half of `max_epochs`"
+            ),
+        ),
     }
     LABELLED_QUEUE_START = False
 
