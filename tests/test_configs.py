@@ -35,11 +35,17 @@ from solo_ext.methods.registry import SOLO_EXT_METHODS
 SCRIPTS = ROOT / "scripts"
 
 
+# the config group every recipe takes first (solo-learn's defaults, quiet Hydra): not a recipe
+SHARED = "ext_defaults"
+
+
 def configs(kind: str) -> list[str]:
-    """Config names as Hydra finds them on the plugin's search path (``scripts/<kind>``)."""
+    """Recipe names as Hydra finds them on the plugin's search path (``scripts/<kind>``)."""
     root = SCRIPTS / kind
     return sorted(str(p.relative_to(root).with_suffix("")) for p in root.glob("*.yaml")) + sorted(
-        str(p.relative_to(root).with_suffix("")) for p in root.glob("*/*.yaml")
+        str(p.relative_to(root).with_suffix(""))
+        for p in root.glob("*/*.yaml")
+        if p.parent.name != SHARED
     )
 
 
@@ -73,12 +79,23 @@ def test_every_dataset_config_has_a_short_name_and_solo_learns_keys():
     assert methods == set(SOLO_EXT_METHODS) | set(VARIANTS)
     assert methods <= set(pretrain)  # python main_pretrain.py --config-name <method>.yaml
     for kind in ("pretrain", "linear"):
-        for path in (SCRIPTS / kind).glob("*/*.yaml"):
+        for name in (n for n in configs(kind) if "/" in n):
+            path = SCRIPTS / kind / f"{name}.yaml"
             raw = OmegaConf.load(path)
-            for key in ("strategy", "devices", "accelerator", "precision", "wandb.enabled"):
+            for key in ("strategy", "devices", "accelerator", "precision"):
                 assert OmegaConf.select(raw, key) is not None, f"{path}: no {key}"
             assert raw.data.format == "image_folder", path
             assert path.read_text().startswith("# @package _global_\n"), path
+            # solo-learn's defaults come from the one shared group, taken first
+            assert yaml.safe_load(path.read_text())["defaults"][:2] == [
+                f"/{SHARED}/solo_learn",
+                "_self_",
+            ], path
+            composed = compose_config(kind, name)
+            shared = OmegaConf.load(SCRIPTS / kind / SHARED / "solo_learn.yaml")
+            for key in ("checkpoint", "auto_resume", "wandb", "performance", "seed"):
+                assert OmegaConf.select(raw, key) is None, f"{path}: {key} repeats {SHARED}"
+                assert composed[key] == shared[key], (path, key)
 
 
 def test_augmentation_files_are_solo_exts_own():
@@ -87,6 +104,8 @@ def test_augmentation_files_are_solo_exts_own():
     for path in SCRIPTS.glob("pretrain/*/augmentations/*.yaml"):
         assert path.name.startswith("ext_"), path
     for path in SCRIPTS.glob("pretrain/*/*.yaml"):
+        if path.parent.name == SHARED:
+            continue
         defaults = yaml.safe_load(path.read_text())["defaults"]
         augs = [
             d["augmentations"] for d in defaults if isinstance(d, dict) and "augmentations" in d
