@@ -14,7 +14,11 @@ from omegaconf import DictConfig, OmegaConf
 from solo_ext.methods.registry import SOLO_EXT_METHODS
 
 ROOT = Path(__file__).resolve().parents[1]
-torch.set_num_threads(min(2, os.cpu_count() or 1))
+# two threads for the suite's process; a process that is told its share (the two-process
+# workers, OMP_NUM_THREADS=1) keeps it: two processes of two threads on two cores spin in
+# OpenMP's barriers for seconds at every operator
+if "OMP_NUM_THREADS" not in os.environ:
+    torch.set_num_threads(min(2, os.cpu_count() or 1))
 METHOD_NAMES = sorted(SOLO_EXT_METHODS)
 
 AUGMENTATION = {

@@ -10,6 +10,7 @@ kNN in the logs and the final kNN in ``metrics.json``, all in one run directory.
 from __future__ import annotations
 
 import csv
+import importlib.util
 import json
 import math
 import os
@@ -84,16 +85,21 @@ def test_the_whole_runs_cover_every_step_and_evaluation_path():
     assert all(not load(m).JOINT_HEAD for m in others)
 
 
-@pytest.mark.parametrize("method", WHOLE_RUNS)
-def test_a_two_process_run_finishes_with_its_long_tail_knn(method, tmp_path):
-    proc = pretrain_two_processes(method, tmp_path)
+# the supervised queue step's whole run also reads with DALI (where it is installed)
+DALI_RUN = "dscl"
+
+
+def check_whole_run(method: str, tmp_path: Path, proc: subprocess.CompletedProcess) -> dict:
+    """A finished two-process run: one run directory, written by the first process whatever the
+    second one named its own, with its checkpoint, ``args.json``, the final kNN over the whole
+    split and the online Many / Medium / Few kNN of the validation epoch. Its ``args.json``."""
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
-    # one run directory, written by the first process, whatever the second one named its own
     (run_dir,) = (tmp_path / "trained_models" / method).iterdir()
     assert {p.name for p in run_dir.iterdir()} >= {"args.json", "metrics.json", "logs"}
     assert len(list(run_dir.glob("*.ckpt"))) == 1
     args = json.loads((run_dir / "args.json").read_text())
     assert args["devices"] == 2 and args["strategy"] == "ddp"
+    assert args["environment"]["world_size"] == 2  # the run's record
     # the final kNN on the first process, over the whole training and validation split
     metrics = json.loads((run_dir / "metrics.json").read_text())
     assert metrics["num_val"] == 20 * VAL_PER_CLASS  # the config's 20 classes
@@ -105,34 +111,40 @@ def test_a_two_process_run_finishes_with_its_long_tail_knn(method, tmp_path):
     assert len(rows) == 1
     for group in SHOT_GROUPS:
         assert finite(rows[0][f"val_knn_acc1_{group}"]), rows[0]
+    return args
+
+
+@pytest.mark.parametrize("method", [m for m in WHOLE_RUNS if m != DALI_RUN])
+def test_a_two_process_run_finishes_with_its_long_tail_knn(method, tmp_path):
+    check_whole_run(method, tmp_path, pretrain_two_processes(method, tmp_path))
 
 
 def test_a_two_process_dali_run_finishes_reading_disjoint_shares(tmp_path):
-    """The same whole run with DALI's reader (CPU operators) drawing in the sampler's order:
-    each rank's batches are its share (positions rank, rank + 2, ...) of one global order."""
-    pytest.importorskip("nvidia.dali", reason="NVIDIA DALI is not installed")
+    """The supervised step's whole run (as above) with DALI's reader (CPU operators) drawing in
+    the sampler's order: each rank's batches are its share (positions rank, rank + 2, ...) of
+    one global order. Without DALI installed, the same run on the torchvision loader."""
     from omegaconf import OmegaConf
 
     from solo_ext.data.datasets import build_dataset
     from solo_ext.data.samplers import build_sampler
 
+    with_dali = importlib.util.find_spec("nvidia") is not None and (
+        importlib.util.find_spec("nvidia.dali") is not None
+    )
+    if not with_dali:
+        check_whole_run(DALI_RUN, tmp_path, pretrain_two_processes(DALI_RUN, tmp_path))
+        return
     spy = tmp_path / "spy"
     spy.mkdir()
     shim = str(Path(__file__).parent / "solo_shim")
     path = os.pathsep.join(filter(None, [shim, os.environ.get("PYTHONPATH")]))
     dali = ["data.format=dali", "dali.device=cpu", "+data.sampler.name=class_balanced"]
     proc = pretrain_two_processes(
-        "dscl", tmp_path, *dali, PYTHONPATH=path, SOLO_EXT_TEST_SPY=str(spy)
+        DALI_RUN, tmp_path, *dali, PYTHONPATH=path, SOLO_EXT_TEST_SPY=str(spy)
     )
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
-    (run_dir,) = (tmp_path / "trained_models" / "dscl").iterdir()
-    args = json.loads((run_dir / "args.json").read_text())
-    assert args["data"]["format"] == "dali" and args["devices"] == 2
-    env = args["environment"]  # the run's record: two processes, DALI's version
-    assert env["world_size"] == 2 and env["libraries"]["nvidia-dali"]
-    metrics = json.loads((run_dir / "metrics.json").read_text())
-    for group in SHOT_GROUPS:
-        assert finite(metrics[f"knn_acc1_{group}"]), metrics
+    args = check_whole_run(DALI_RUN, tmp_path, proc)
+    assert args["data"]["format"] == "dali"
+    assert args["environment"]["libraries"]["nvidia-dali"]  # DALI's version, recorded
     labels = build_dataset(OmegaConf.create(args["data"]), "train", None).targets
     batch = args["optimizer"]["batch_size"]
     whole = list(build_sampler("class_balanced", labels, seed=args["seed"], num_replicas=1, rank=0))
