@@ -35,7 +35,9 @@ def test_tiny_run_prints_and_writes_every_row(tmp_path, capsys):
     rows = result["rows"]
     kernels = {(r["name"], r["candidate"]) for r in rows if r["kind"] == "kernel"}
     assert len(kernels) == 3 * len(K.KERNELS)
-    steps = [r for r in rows if r["kind"] == "step"]
+    # (with solo-learn as the host, --pairs dscl also takes dscl's pairs with solo-learn's
+    # MoCo v2+: test_peer_pairs_against_solo_learns_own_methods)
+    steps = [r for r in rows if r["kind"] == "step" and r["name"] == "dscl vs scl"]
     assert {r["candidate"] for r in steps} == {"dscl", "scl"}
     loaders = {r["candidate"] for r in rows if r["kind"] == "loader"}
     assert loaders == ({"solo-learn", "sampled", "sampled_class_balanced"} if _dali() else set())
@@ -73,6 +75,30 @@ def test_tiny_run_prints_and_writes_every_row(tmp_path, capsys):
     printed = capsys.readouterr().out
     assert "| kernel | dscl loss |" in printed and "x scl |" in printed
     assert "(1.000x) |" in printed
+
+
+def test_peer_pairs_against_solo_learns_own_methods(tmp_path):
+    """With the real solo-learn as the host, the bench lays dscl (both directions, and the
+    published one) beside solo-learn's MoCo v2+ and scl beside its SupCon, same backbone, batch,
+    projector and queue, measured in one run: both-direction DSCL runs MoCo v2+'s arithmetic,
+    the published one direction less of it."""
+    from solo_ext.host import HOST
+
+    if HOST != "solo":
+        pytest.skip("solo-learn's own methods: the real solo-learn is not the host")
+    out = tmp_path / "bench.json"
+    rows = main(["--tiny", "--what", "steps", "--pairs", "dscl", "scl", "--json", str(out)])
+    rows = {(r["name"], r["candidate"]): r for r in rows["rows"]}
+    moco = "solo-learn mocov2plus"
+    both = rows[("dscl symmetric vs " + moco, "dscl symmetric")]
+    one = rows[("dscl vs " + moco, "dscl")]
+    supcon = rows[("scl vs solo-learn supcon", "scl")]
+    assert both["reference"] == one["reference"] == moco
+    assert supcon["reference"] == "solo-learn supcon"
+    assert both["flops_ratio_vs_reference"] == pytest.approx(1.0, abs=1e-3)
+    assert one["flops_ratio_vs_reference"] < 1.0  # one direction: half the anchors
+    for row in (both, one, supcon):
+        assert row["ratio_vs_reference"] > 0 and row["gflops"] > 0, row
 
 
 def _dali() -> bool:

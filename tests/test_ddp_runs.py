@@ -1,7 +1,9 @@
-"""Whole runs on two processes, as a user starts them: ``solo-ext-pretrain --config-name
-synthetic-lt/<method> devices=2 strategy=ddp`` (gloo on CPU), with the shipped config's
-validation and online kNN, to the end: checkpoint, ``args.json``, the online Many / Medium / Few
-kNN in the logs and the final kNN in ``metrics.json``, all in one run directory.
+"""Whole runs on two processes: ``solo-ext-pretrain --config-name synthetic-lt/<method>
+devices=2 strategy=ddp`` (gloo on CPU), with the shipped config's validation and online kNN, to
+the end: checkpoint, ``args.json``, the online Many / Medium / Few kNN in the logs and the final
+kNN in ``metrics.json``, all in one run directory. One run is started as a user starts it
+(Lightning's launcher starts the command again for the second process); the other step kinds'
+runs take ``strategy=ddp_fork``, the same DDP on processes forked from the first.
 
 (``test_distributed.py`` checks the losses, buffers and metrics of two processes against one;
 ``test_solo_learn_scripts.py`` runs the same through solo-learn's ``main_pretrain.py``.)
@@ -37,16 +39,20 @@ SMALLER_DATA = [
 
 
 def pretrain_two_processes(
-    method: str, cwd: Path, *extra: str, **more_env: str
+    method: str, cwd: Path, *extra: str, strategy: str = "ddp", **more_env: str
 ) -> subprocess.CompletedProcess:
     """The shipped synthetic-lt config on two CPU processes, one epoch of 4 steps a rank, on a
     smaller draw of its data (60 down to 6 training images a class, 4 validation images a class;
-    the shot thresholds scaled with it) and batches of 32."""
+    the shot thresholds scaled with it) and batches of 32.
+
+    ``strategy=ddp`` as a user starts it: Lightning's launcher starts the command again for the
+    second process, which imports everything anew (about 6 s of the suite's 2 cores);
+    ``ddp_fork``: the same DDP strategy on processes forked from the first one."""
     args = [
         "--config-name",
         f"synthetic-lt/{method}",
         "devices=2",
-        "strategy=ddp",
+        f"strategy={strategy}",
         "max_epochs=1",
         "++limit_train_batches=4",
         "++enable_progress_bar=false",
@@ -98,7 +104,7 @@ def check_whole_run(method: str, tmp_path: Path, proc: subprocess.CompletedProce
     assert {p.name for p in run_dir.iterdir()} >= {"args.json", "metrics.json", "logs"}
     assert len(list(run_dir.glob("*.ckpt"))) == 1
     args = json.loads((run_dir / "args.json").read_text())
-    assert args["devices"] == 2 and args["strategy"] == "ddp"
+    assert args["devices"] == 2 and args["strategy"].startswith("ddp")
     assert args["environment"]["world_size"] == 2  # the run's record
     # the final kNN on the first process, over the whole training and validation split
     metrics = json.loads((run_dir / "metrics.json").read_text())
@@ -116,13 +122,18 @@ def check_whole_run(method: str, tmp_path: Path, proc: subprocess.CompletedProce
 
 @pytest.mark.parametrize("method", [m for m in WHOLE_RUNS if m != DALI_RUN])
 def test_a_two_process_run_finishes_with_its_long_tail_knn(method, tmp_path):
-    check_whole_run(method, tmp_path, pretrain_two_processes(method, tmp_path))
+    """Each step kind's whole run on two forked processes (the run started as a user starts it,
+    through Lightning's launcher, is the one below)."""
+    proc = pretrain_two_processes(method, tmp_path, strategy="ddp_fork")
+    check_whole_run(method, tmp_path, proc)
 
 
 def test_a_two_process_dali_run_finishes_reading_disjoint_shares(tmp_path):
-    """The supervised step's whole run (as above) with DALI's reader (CPU operators) drawing in
-    the sampler's order: each rank's batches are its share (positions rank, rank + 2, ...) of
-    one global order. Without DALI installed, the same run on the torchvision loader."""
+    """The supervised step's whole run as a user starts it (``strategy=ddp``: Lightning starts
+    the command again for the second process, which takes the first one's run directory), with
+    DALI's reader (CPU operators) drawing in the sampler's order: each rank's batches are its
+    share (positions rank, rank + 2, ...) of one global order. Without DALI installed, the same
+    run on the torchvision loader."""
     from omegaconf import OmegaConf
 
     from solo_ext.data.datasets import build_dataset
@@ -132,7 +143,8 @@ def test_a_two_process_dali_run_finishes_reading_disjoint_shares(tmp_path):
         importlib.util.find_spec("nvidia.dali") is not None
     )
     if not with_dali:
-        check_whole_run(DALI_RUN, tmp_path, pretrain_two_processes(DALI_RUN, tmp_path))
+        args = check_whole_run(DALI_RUN, tmp_path, pretrain_two_processes(DALI_RUN, tmp_path))
+        assert args["strategy"] == "ddp"
         return
     spy = tmp_path / "spy"
     spy.mkdir()
@@ -143,7 +155,7 @@ def test_a_two_process_dali_run_finishes_reading_disjoint_shares(tmp_path):
         DALI_RUN, tmp_path, *dali, PYTHONPATH=path, SOLO_EXT_TEST_SPY=str(spy)
     )
     args = check_whole_run(DALI_RUN, tmp_path, proc)
-    assert args["data"]["format"] == "dali"
+    assert args["strategy"] == "ddp" and args["data"]["format"] == "dali"
     assert args["environment"]["libraries"]["nvidia-dali"]  # DALI's version, recorded
     labels = build_dataset(OmegaConf.create(args["data"]), "train", None).targets
     batch = args["optimizer"]["batch_size"]

@@ -53,10 +53,33 @@ ALL4ONE_KWARGS = {
 TINY_KWARGS = {"proj_hidden_dim": 32, "proj_output_dim": 16, "queue_size": 64}
 
 
+# what a solo-learn user would pick instead, with the same projector (2048-2048-128, no BN) and
+# queue: solo-learn's MoCo v2+ (both directions, a queue per view) against ``dscl`` both ways
+# and in its published one direction; solo-learn's in-batch SupCon against ``scl``
+PEER_KWARGS = {"proj_hidden_dim": 2048, "proj_output_dim": 128, "temperature": 0.07}
+PEER_PAIRS: list[tuple[tuple[str, str, dict], tuple[str, str, dict]]] = [
+    (
+        ("dscl symmetric", "dscl", {**PEER_KWARGS, "queue_size": 65536, "symmetric": True}),
+        ("solo-learn mocov2plus", "mocov2plus", {**PEER_KWARGS, "queue_size": 65536}),
+    ),
+    (
+        ("dscl", "dscl", {**PEER_KWARGS, "queue_size": 65536}),
+        ("solo-learn mocov2plus", "mocov2plus", {**PEER_KWARGS, "queue_size": 65536}),
+    ),
+    (
+        ("scl", "scl", {**PEER_KWARGS, "queue_size": 65536}),
+        ("solo-learn supcon", "supcon", dict(PEER_KWARGS)),
+    ),
+]
+NO_QUEUE = ("bcl", "supcon")
+
+
 def pairs() -> list[tuple[tuple[str, str, dict], tuple[str, str, dict]]]:
-    """The pairs to measure; ``all4one_ct`` against solo-learn's ``all4one`` when the real
-    solo-learn is the host."""
+    """The pairs to measure; with the real solo-learn as the host, also ``all4one_ct`` against
+    solo-learn's ``all4one`` and the peers against solo-learn's own methods."""
     out = list(PAIRS)
+    if HOST == "solo":
+        out += [pair for pair in PEER_PAIRS if pair[1][1] in METHODS]
     if HOST == "solo" and "all4one" in METHODS:
         out.append(
             (
@@ -85,7 +108,7 @@ def step_cfg(
 
     aug = {"crop_size": crop_size, "num_crops": 3 if method == "bcl" else 2}
     method_kwargs = {**(TINY_KWARGS if tiny else {}), **kwargs}
-    if method == "bcl":  # no queue
+    if method in NO_QUEUE:
         method_kwargs.pop("queue_size", None)
     if tiny and method.startswith("all4one"):
         method_kwargs.update(pred_hidden_dim=32, temperature=0.2)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from solo_ext.config import HOST_OPTIONS
 from solo_ext.facts import FEW_THRESHOLD, MANY_THRESHOLD
 from solo_ext.modules.knn import DISTANCES, WeightedKNNClassifier, knn_predict
 
@@ -26,9 +27,9 @@ class LongTailKNN(WeightedKNNClassifier):
         train_class_counts: list[int],
         many_threshold: int = MANY_THRESHOLD,
         few_threshold: int = FEW_THRESHOLD,
-        k: int = 20,
-        T: float = 0.07,
-        distance_fx: str = "cosine",
+        k: int = HOST_OPTIONS["knn_eval.k"].default,
+        T: float = 0.07,  # (solo-learn's kNN temperature, which no config key sets)
+        distance_fx: str = HOST_OPTIONS["knn_eval.distance_func"].default,
         prefix: str = "val_knn_",
     ):
         super().__init__(k=k, T=T, distance_fx=distance_fx)
