@@ -3,7 +3,8 @@ devices=2 strategy=ddp`` (gloo on CPU), with the shipped config's validation and
 the end: checkpoint, ``args.json``, the online Many / Medium / Few kNN in the logs and the final
 kNN in ``metrics.json``, all in one run directory. One run is started as a user starts it
 (Lightning's launcher starts the command again for the second process); the other step kinds'
-runs take ``strategy=ddp_fork``, the same DDP on processes forked from the first.
+runs take ``strategy=ddp_fork``, the same DDP on processes forked from the first, one run after
+another in one process.
 
 (``test_distributed.py`` checks the losses, buffers and metrics of two processes against one;
 ``test_solo_learn_scripts.py`` runs the same through solo-learn's ``main_pretrain.py``.)
@@ -38,17 +39,9 @@ SMALLER_DATA = [
 ]
 
 
-def pretrain_two_processes(
-    method: str, cwd: Path, *extra: str, strategy: str = "ddp", **more_env: str
-) -> subprocess.CompletedProcess:
-    """The shipped synthetic-lt config on two CPU processes, one epoch of 4 steps a rank, on a
-    smaller draw of its data (60 down to 6 training images a class, 4 validation images a class;
-    the shot thresholds scaled with it) and batches of 32.
-
-    ``strategy=ddp`` as a user starts it: Lightning's launcher starts the command again for the
-    second process, which imports everything anew (about 6 s of the suite's 2 cores);
-    ``ddp_fork``: the same DDP strategy on processes forked from the first one."""
-    args = [
+def run_args(method: str, strategy: str, *extra: str) -> list[str]:
+    """The command line of a run below: the shipped config, smaller (``pretrain_two_processes``)."""
+    return [
         "--config-name",
         f"synthetic-lt/{method}",
         "devices=2",
@@ -59,6 +52,19 @@ def pretrain_two_processes(
         *SMALLER_DATA,
         *extra,
     ]
+
+
+def pretrain_two_processes(
+    method: str, cwd: Path, *extra: str, strategy: str = "ddp", **more_env: str
+) -> subprocess.CompletedProcess:
+    """The shipped synthetic-lt config on two CPU processes, one epoch of 4 steps a rank, on a
+    smaller draw of its data (60 down to 6 training images a class, 4 validation images a class;
+    the shot thresholds scaled with it) and batches of 32.
+
+    ``strategy=ddp`` as a user starts it: Lightning's launcher starts the command again for the
+    second process, which imports everything anew (about 6 s of the suite's 2 cores);
+    ``ddp_fork``: the same DDP strategy on processes forked from the first one."""
+    args = run_args(method, strategy, *extra)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore", **more_env}
     return subprocess.run(
         [str(Path(sys.executable).with_name("solo-ext-pretrain")), *args],
@@ -120,12 +126,72 @@ def check_whole_run(method: str, tmp_path: Path, proc: subprocess.CompletedProce
     return args
 
 
-@pytest.mark.parametrize("method", [m for m in WHOLE_RUNS if m != DALI_RUN])
-def test_a_two_process_run_finishes_with_its_long_tail_knn(method, tmp_path):
+FORKED_RUNS = [m for m in WHOLE_RUNS if m != DALI_RUN]
+
+# the forked runs one after another in one process, as ``solo-ext-pretrain`` runs each (its
+# ``main()``, ``sys.argv``, Hydra from scratch): the suite pays the start of Python, torch and
+# Lightning once for all of them, not once a run
+_IN_ONE_PROCESS = """
+import json, os, sys, traceback
+from hydra.core.global_hydra import GlobalHydra
+from solo_ext.commands.pretrain import main
+runs, codes = json.loads(sys.argv[1]), {}
+for method, cwd, args in runs:
+    os.chdir(cwd)
+    sys.argv = ["solo-ext-pretrain", *args]
+    GlobalHydra.instance().clear()
+    print(f"=== {method}", flush=True)
+    print(f"=== {method}", file=sys.stderr, flush=True)
+    try:
+        main()
+        codes[method] = 0
+    except SystemExit as stop:
+        codes[method] = stop.code if isinstance(stop.code, int) else int(stop.code is not None)
+    except Exception:
+        traceback.print_exc()
+        codes[method] = 1
+    sys.stdout.flush(), sys.stderr.flush()
+print("codes " + json.dumps(codes))
+"""
+
+
+@pytest.fixture(scope="module")
+def forked_runs(tmp_path_factory) -> dict[str, tuple[Path, subprocess.CompletedProcess]]:
+    """Each step kind's whole run (but the DALI one) on two forked processes: its directory and
+    its outcome (exit status, with the output of all the runs)."""
+    dirs = {m: tmp_path_factory.mktemp(m) for m in FORKED_RUNS}
+    runs = [(m, str(d), run_args(m, "ddp_fork")) for m, d in dirs.items()]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
+    proc = subprocess.run(
+        [sys.executable, "-c", _IN_ONE_PROCESS, json.dumps(runs)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
+    last = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else ""
+    codes = json.loads(last.removeprefix("codes ")) if last.startswith("codes ") else {}
+
+    def own(text: str, method: str) -> str:  # one run's part of the output
+        return text.partition(f"=== {method}\n")[2].split("\n=== ", 1)[0]
+
+    return {
+        m: (
+            d,
+            subprocess.CompletedProcess(
+                proc.args, codes.get(m, -1), own(proc.stdout, m), own(proc.stderr, m) or proc.stderr
+            ),
+        )
+        for m, d in dirs.items()
+    }
+
+
+@pytest.mark.parametrize("method", FORKED_RUNS)
+def test_a_two_process_run_finishes_with_its_long_tail_knn(method, forked_runs):
     """Each step kind's whole run on two forked processes (the run started as a user starts it,
     through Lightning's launcher, is the one below)."""
-    proc = pretrain_two_processes(method, tmp_path, strategy="ddp_fork")
-    check_whole_run(method, tmp_path, proc)
+    run_dir, proc = forked_runs[method]
+    check_whole_run(method, run_dir, proc)
 
 
 def test_a_two_process_dali_run_finishes_reading_disjoint_shares(tmp_path):
