@@ -63,9 +63,10 @@ def test_forward_outputs(method, backbone, make_cfg):
 @pytest.mark.parametrize("backbone", sorted(BACKBONES))
 @pytest.mark.parametrize("method", METHOD_NAMES)
 def test_fit_checkpoint_and_knn(method, backbone, make_cfg, tmp_path, capsys):
-    result = run(
-        make_cfg(method, **{"backbone": {"name": backbone, "kwargs": BACKBONES[backbone]}})
-    )
+    """A step on each backbone, its checkpoint and the kNN of the checkpoint (one step: the
+    steps after it are the tests that read them, such as the sampler's and the resume's)."""
+    backbone_cfg = {"name": backbone, "kwargs": BACKBONES[backbone]}
+    result = run(make_cfg(method, **{"backbone": backbone_cfg, "limit_train_batches": 1}))
     run_dir = Path(result["run_dir"])
     assert run_dir.parent == tmp_path / "trained_models" / method
     ckpts = list(run_dir.glob(f"tiny-{method}-{run_dir.name}-ep=0.ckpt"))
