@@ -16,6 +16,8 @@ EMPTY = -1
 # (seed, epoch) -> one seed: seed * SEED_STRIDE + epoch; the prime keeps (seed, epoch) and
 # (seed + 1, epoch') apart for any realistic epoch count
 SEED_STRIDE = 1_000_003
+# the kNN vote's distances (solo-learn's names)
+DISTANCES = ("cosine", "euclidean")
 
 
 class HostError(ImportError):

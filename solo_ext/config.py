@@ -15,9 +15,8 @@ from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from solo_ext.common import HostError, did_you_mean
+from solo_ext.common import DISTANCES, HostError, did_you_mean
 from solo_ext.facts import SOLO_SMALL_STEM, facts
-from solo_ext.modules.knn import DISTANCES
 
 
 class ConfigError(ValueError):

@@ -75,6 +75,7 @@ COMMANDS = {
         "solo_ext.config.HOST_OPTIONS",
         "solo_ext.config.CROP_OPTIONS",
         "solo_ext.config.BACKBONE_OPTIONS",
+        "solo_ext.commands.options.PRETRAIN_OPTIONS",
         "solo_ext.commands.pretrain.RUN_OPTIONS",
         "solo_ext.data.options.DATA_KEYS",
         "solo_ext.data.dali.DALI_OPTIONS",
@@ -84,7 +85,7 @@ COMMANDS = {
         "solo_ext.commands.linear_stage.SCHEDULE_OPTIONS",
         "solo_ext.eval.classifier_stage.CLASSIFIER_STAGE_OPTIONS",
     ),
-    "knn": ("solo_ext.commands.knn.OPTIONS",),
+    "knn": ("solo_ext.commands.options.KNN_OPTIONS",),
     "dense_probe": ("solo_ext.commands.dense_probe.OPTIONS",),
 }
 # tables that are parts of a command's table above (``data.<key>``, ``data.synthetic.<key>``),

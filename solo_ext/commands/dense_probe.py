@@ -22,7 +22,7 @@ from omegaconf import DictConfig, OmegaConf
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from solo_ext.commands.entry import hydra_entry
+from solo_ext.commands import mains
 from solo_ext.config import IN_CONF, ConfigError, Option, check_options, conf_options, fill_options
 from solo_ext.data.datasets import build_dataset
 from solo_ext.data.synthetic import PART_CLASSES
@@ -141,7 +141,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     return metrics
 
 
-main = hydra_entry("solo-ext-dense-probe", run, "dense_probe")
+main = mains.dense_probe  # (its console script: the same, imported without this module)
 
 if __name__ == "__main__":
     main()

@@ -1,7 +1,10 @@
-"""What the console commands share: quiet Hydra, absolute ``--config-path``, one-line errors."""
+"""What the console commands share: quiet Hydra, absolute ``--config-path``, one-line errors,
+and the training stack imported only once Hydra has composed the config and the early checks
+have passed (``--help``, ``--cfg job`` and a refused value are answered without it)."""
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 from collections.abc import Callable
@@ -47,16 +50,29 @@ def hydra_argv(argv: list[str]) -> list[str]:
     return out[:at] + quiet + out[at:]
 
 
-def hydra_entry(prog: str, run: Callable[[DictConfig], Any], config_name: str | None = None):
+def hydra_entry(
+    prog: str,
+    run: Callable[[DictConfig], Any] | str,
+    config_name: str | None = None,
+    early: Callable[[DictConfig], None] | None = None,
+):
     """The ``main()`` of a Hydra entry point: quiet Hydra, one-line errors, and the packaged
-    defaults ``solo_ext/conf/<config_name>.yaml`` (none for solo-learn-style pretraining)."""
+    defaults ``solo_ext/conf/<config_name>.yaml`` (none for solo-learn-style pretraining).
+    ``run`` may be named as ``"module:function"``: it is imported after ``early(cfg)``, the
+    checks that need nothing of the training stack, has passed."""
 
     @hydra.main(
         version_base="1.2", config_path=CONF if config_name else None, config_name=config_name
     )
     def task(cfg: DictConfig) -> None:
         with one_line_errors(prog):
-            run(cfg)
+            if early is not None:
+                early(cfg)
+            if isinstance(run, str):
+                module, _, name = run.partition(":")
+                getattr(importlib.import_module(module), name)(cfg)
+            else:
+                run(cfg)
 
     def main() -> None:
         sys.argv = hydra_argv(sys.argv)

@@ -17,23 +17,13 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
-from solo_ext.commands.entry import hydra_entry
-from solo_ext.config import IN_CONF, Option, check_options, conf_options, fill_options
+from solo_ext.commands import mains
+from solo_ext.commands.options import KNN_OPTIONS as OPTIONS
+from solo_ext.config import check_options, fill_options
 from solo_ext.eval.common import report, split_features
-from solo_ext.eval.knn_classifier import DISTANCES, knn_predict
+from solo_ext.eval.knn_classifier import knn_predict
 from solo_ext.runs.environment import environment
 from solo_ext.runs.load import load_for_eval
-
-# every key solo-ext-knn reads, declared once; the defaults are conf/knn.yaml's
-OPTIONS: dict[str, Option] = conf_options(
-    "knn",
-    {
-        "k": Option(IN_CONF, "int", 1),
-        "temperature": Option(IN_CONF, "float", 0, low_open=True),
-        "distance": Option(IN_CONF, "str", choices=DISTANCES),
-        "batch_size": Option(IN_CONF, "int", 1),
-    },
-)
 
 
 def evaluate_model(
@@ -91,7 +81,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     )
 
 
-main = hydra_entry("solo-ext-knn", run, "knn")
+main = mains.knn  # (its console script: the same, imported without this module)
 
 if __name__ == "__main__":
     main()

@@ -49,7 +49,7 @@ from omegaconf import DictConfig, OmegaConf
 from torch import nn
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, TensorDataset
 
-from solo_ext.commands.entry import hydra_entry
+from solo_ext.commands import mains
 from solo_ext.commands.linear_stage import (
     SCHEDULE_OPTIONS,
     STAGE_SCHEDULE_NAMES,
@@ -325,7 +325,7 @@ def run(cfg: DictConfig, callbacks: Callbacks = ()) -> dict[str, Any]:
     return report(scores, val_y, train_set, data, "linear_", out_dir, extra, "linear probe")
 
 
-main = hydra_entry("solo-ext-linear", run, "linear")
+main = mains.linear  # (its console script: the same, imported without this module)
 
 if __name__ == "__main__":
     main()

@@ -24,7 +24,8 @@ from lightning.pytorch.strategies import StrategyRegistry
 from omegaconf import DictConfig, OmegaConf
 from torch.utils.data import DataLoader
 
-from solo_ext.commands.entry import hydra_entry
+from solo_ext.commands import mains
+from solo_ext.commands.options import PRETRAIN_OPTIONS, PRETRAIN_REQUIRED
 from solo_ext.common import did_you_mean
 from solo_ext.config import (
     BACKBONE_OPTIONS,
@@ -84,10 +85,7 @@ KNOWN_KEYS = {
 # declared once: each given value is checked before anything is built (null: the default)
 RUN_OPTIONS: dict[str, Option] = {
     **CORE_RUN_OPTIONS,
-    "max_epochs": Option(None, "int", 1),
-    "optimizer.batch_size": Option(None, "int", 1),
-    "optimizer.lr": Option(None, "float", 0, low_open=True),
-    "log_every_n_steps": Option(50, "int", 1),
+    **PRETRAIN_OPTIONS,
     # Lightning's Trainer arguments of solo-learn's configs and the README, with the choices
     # Lightning itself registers
     "precision": Option(
@@ -99,16 +97,6 @@ RUN_OPTIONS: dict[str, Option] = {
         "auto", "str", choices=("auto", "gpu", *AcceleratorRegistry.available_accelerators())
     ),
     "strategy": Option("auto", "str", choices=("auto", *StrategyRegistry.available_strategies())),
-    "sync_batchnorm": Option(False, "bool"),
-    "check_val_every_n_epoch": Option(1, "int", 1),
-    "max_steps": Option(-1, "int", -1),
-    "num_sanity_val_steps": Option(2, "int", -1),
-    "gradient_clip_val": Option(None, "float", 0, nullable=True),
-    "limit_train_batches": Option(1.0, "float", 0, low_open=True),
-    "limit_val_batches": Option(1.0, "float", 0),
-    "enable_progress_bar": Option(True, "bool"),
-    "deterministic": Option(False, "bool", choices=("warn",)),
-    "benchmark": Option(None, "bool", nullable=True),
 }
 
 
@@ -171,17 +159,7 @@ def parse_cfg(cfg: DictConfig) -> DictConfig:
     OmegaConf.set_struct(cfg, False)
     register()
     warn_unknown_keys(cfg)
-    require(
-        cfg,
-        "method",
-        "backbone.name",
-        "data.dataset",
-        "optimizer.name",
-        "optimizer.batch_size",
-        "optimizer.lr",
-        "max_epochs",
-        "augmentations",
-    )
+    require(cfg, *PRETRAIN_REQUIRED)
     check_choice("method", cfg.method, [m for m in METHODS if m not in ("base", "linear")])
     if cfg.backbone.name == "resnet32":  # its name before it stopped starting with "resnet"
         raise ConfigError("backbone.name='resnet32': now named 'cifar_resnet32'")
@@ -412,7 +390,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     return result
 
 
-main = hydra_entry("solo-ext-pretrain", run)
+main = mains.pretrain  # (its console script: the same, imported without this module)
 
 if __name__ == "__main__":
     main()

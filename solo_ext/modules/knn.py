@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from torchmetrics import Metric
 from torchmetrics.utilities.data import dim_zero_cat
 
-DISTANCES = ("cosine", "euclidean")
+from solo_ext.common import DISTANCES
 
 
 @torch.no_grad()
