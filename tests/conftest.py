@@ -139,3 +139,67 @@ def command(capsys, monkeypatch):
         return code, out, err
 
     return call
+
+
+# console commands' main()s one after another in one fresh process, as their console scripts
+# run them (sys.argv, Hydra from scratch, the working directory): the tests that start several
+# commands pay one start of Python for all of them
+_MAINS_IN_ONE_PROCESS = """
+import json, os, sys, traceback
+from hydra.core.global_hydra import GlobalHydra
+from solo_ext.commands import mains
+WATCHED = ("torch", "lightning", "torchmetrics", "solo_ext.host", "solo_ext.methods", "solo")
+results = {}
+for label, name, cwd, argv in json.loads(sys.argv[1]):
+    os.chdir(cwd)
+    sys.argv = ["solo-ext-" + name.replace("_", "-"), *argv]  # (the configs follow the name)
+    GlobalHydra.instance().clear()
+    print(f"=== {label}", flush=True)
+    print(f"=== {label}", file=sys.stderr, flush=True)
+    try:
+        getattr(mains, name)()
+        code = 0
+    except SystemExit as stop:
+        code = stop.code if isinstance(stop.code, int) else int(stop.code is not None)
+    except Exception:
+        traceback.print_exc()
+        code = 1
+    sys.stdout.flush(), sys.stderr.flush()
+    results[label] = [code, sorted(m for m in WATCHED if m in sys.modules)]
+print("results " + json.dumps(results))
+"""
+
+
+def mains_in_one_process(
+    runs: list[tuple[str, str, Path | str, list[str]]], timeout: float = 600, **env: str
+) -> dict[str, tuple[int, list[str], str, str]]:
+    """Runs ``(label, command, cwd, argv)`` one after another in one fresh process (``command``:
+    a name in ``solo_ext.commands.mains``). Per label: the exit status (-1: never reached), the
+    modules of the training stack imported when it ended (torch, Lightning, torchmetrics, the
+    host, the methods, solo-learn), and its own part of stdout and stderr."""
+    import json
+    import subprocess
+
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            _MAINS_IN_ONE_PROCESS,
+            json.dumps([[*r[:2], str(r[2]), r[3]] for r in runs]),
+        ],
+        env={**os.environ, "PYTHONWARNINGS": "ignore", **env},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    last = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else ""
+    results = json.loads(last.removeprefix("results ")) if last.startswith("results ") else {}
+
+    def own(text: str, label: str) -> str:
+        part = text.partition(f"=== {label}\n")[2].split("\n=== ", 1)[0]
+        return part or text  # (all of it when the process ended before this run)
+
+    return {
+        label: (*results.get(label, (-1, [])), own(proc.stdout, label), own(proc.stderr, label))
+        for label, *_ in runs
+    }

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import mains_in_one_process
 
 # the README's main job, run below with TINY appended
 MAIN_JOB = ["solo-ext-pretrain", "--config-name", "synthetic-lt/pbsd"]
@@ -199,28 +200,6 @@ def test_every_console_script_is_its_commands_main():
         assert module.main is importlib.import_module(f"solo_ext.commands.{command}").main
 
 
-# each console script's answers that need nothing of the training stack, run in one fresh
-# process: its exit status, its output, and whether torch, Lightning, torchmetrics, the host or
-# a method had been imported when it answered
-_BEFORE_THE_STACK = """
-import json, sys
-from hydra.core.global_hydra import GlobalHydra
-from solo_ext.commands import mains
-STACK = ("torch", "lightning", "torchmetrics", "solo_ext.host", "solo_ext.methods", "solo")
-out = []
-for name, argv in json.loads(sys.argv[1]):
-    sys.argv = ["solo-ext-" + name.replace("_", "-"), *argv]  # (the configs follow the name)
-    GlobalHydra.instance().clear()
-    try:
-        getattr(mains, name)()
-        code = 0
-    except SystemExit as stop:
-        code = stop.code if isinstance(stop.code, int) else int(stop.code is not None)
-    out.append([code, sorted(m for m in STACK if m in sys.modules)])
-print(json.dumps(out))
-"""
-
-
 def test_help_cfg_job_and_a_refused_value_answer_before_the_training_stack(tmp_path):
     """``--help``, ``--cfg job`` and a value the early checks refuse are answered without
     importing torch, Lightning, torchmetrics, the host or the methods (a second or so, not the
@@ -236,24 +215,17 @@ def test_help_cfg_job_and_a_refused_value_answer_before_the_training_stack(tmp_p
         ("linear", ["--help"]),
         ("dense_probe", ["--cfg", "job"]),
     ]
-    proc = subprocess.run(
-        [sys.executable, "-c", _BEFORE_THE_STACK, json.dumps(cases)],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    results = json.loads(proc.stdout.strip().splitlines()[-1])
-    for (name, argv), (code, imported) in zip(cases, results):
+    done = mains_in_one_process([(str(i), c, tmp_path, a) for i, (c, a) in enumerate(cases)])
+    for i, (name, argv) in enumerate(cases):
+        code, imported, _, _ = done[str(i)]
         assert imported == [], (name, argv, imported)
         refused = "--help" not in argv and "--cfg" not in argv
         assert code == (2 if refused else 0), (name, argv, code)
-    errors = [line for line in proc.stderr.splitlines() if ": error: " in line]
+    errors = [e.strip() for code, _, _, e in done.values() if code == 2]
     assert errors == [
         "solo-ext-pretrain: error: optimizer.lr=-1: must be a number > 0",
         "solo-ext-pretrain: error: max_epochs=0: must be an integer >= 1",
         "solo-ext-pretrain: error: optimizer.lr is missing from the config",
         "solo-ext-knn: error: k=0: must be an integer >= 1",
-    ], proc.stderr[-2000:]
-    assert "method: pbsd" in proc.stdout and list(tmp_path.iterdir()) == []
+    ]
+    assert "method: pbsd" in done["3"][2] and list(tmp_path.iterdir()) == []

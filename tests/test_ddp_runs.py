@@ -22,6 +22,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import mains_in_one_process
 
 from solo_ext.methods.registry import SOLO_EXT_METHODS
 
@@ -128,61 +129,17 @@ def check_whole_run(method: str, tmp_path: Path, proc: subprocess.CompletedProce
 
 FORKED_RUNS = [m for m in WHOLE_RUNS if m != DALI_RUN]
 
-# the forked runs one after another in one process, as ``solo-ext-pretrain`` runs each (its
-# ``main()``, ``sys.argv``, Hydra from scratch): the suite pays the start of Python, torch and
-# Lightning once for all of them, not once a run
-_IN_ONE_PROCESS = """
-import json, os, sys, traceback
-from hydra.core.global_hydra import GlobalHydra
-from solo_ext.commands.pretrain import main
-runs, codes = json.loads(sys.argv[1]), {}
-for method, cwd, args in runs:
-    os.chdir(cwd)
-    sys.argv = ["solo-ext-pretrain", *args]
-    GlobalHydra.instance().clear()
-    print(f"=== {method}", flush=True)
-    print(f"=== {method}", file=sys.stderr, flush=True)
-    try:
-        main()
-        codes[method] = 0
-    except SystemExit as stop:
-        codes[method] = stop.code if isinstance(stop.code, int) else int(stop.code is not None)
-    except Exception:
-        traceback.print_exc()
-        codes[method] = 1
-    sys.stdout.flush(), sys.stderr.flush()
-print("codes " + json.dumps(codes))
-"""
-
 
 @pytest.fixture(scope="module")
 def forked_runs(tmp_path_factory) -> dict[str, tuple[Path, subprocess.CompletedProcess]]:
-    """Each step kind's whole run (but the DALI one) on two forked processes: its directory and
-    its outcome (exit status, with the output of all the runs)."""
+    """Each step kind's whole run (but the DALI one) on two forked processes, one run after
+    another in one process (one start of Python, torch and Lightning for all of them): its
+    directory and its outcome."""
     dirs = {m: tmp_path_factory.mktemp(m) for m in FORKED_RUNS}
-    runs = [(m, str(d), run_args(m, "ddp_fork")) for m, d in dirs.items()]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
-    proc = subprocess.run(
-        [sys.executable, "-c", _IN_ONE_PROCESS, json.dumps(runs)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=1200,
-    )
-    last = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else ""
-    codes = json.loads(last.removeprefix("codes ")) if last.startswith("codes ") else {}
-
-    def own(text: str, method: str) -> str:  # one run's part of the output
-        return text.partition(f"=== {method}\n")[2].split("\n=== ", 1)[0]
-
+    runs = [(m, "pretrain", d, run_args(m, "ddp_fork")) for m, d in dirs.items()]
+    done = mains_in_one_process(runs, timeout=1200, OMP_NUM_THREADS="1")
     return {
-        m: (
-            d,
-            subprocess.CompletedProcess(
-                proc.args, codes.get(m, -1), own(proc.stdout, m), own(proc.stderr, m) or proc.stderr
-            ),
-        )
-        for m, d in dirs.items()
+        m: (d, subprocess.CompletedProcess([m], done[m][0], *done[m][2:])) for m, d in dirs.items()
     }
 
 
