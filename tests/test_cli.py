@@ -214,6 +214,7 @@ def test_help_cfg_job_and_a_refused_value_answer_before_the_training_stack(tmp_p
         ("knn", ["--cfg", "job"]),
         ("linear", ["--help"]),
         ("dense_probe", ["--cfg", "job"]),
+        ("dense_probe", ["pretrained_checkpoint_dir=x", "num_plot=-1"]),
     ]
     done = mains_in_one_process([(str(i), c, tmp_path, a) for i, (c, a) in enumerate(cases)])
     for i, (name, argv) in enumerate(cases):
@@ -227,5 +228,6 @@ def test_help_cfg_job_and_a_refused_value_answer_before_the_training_stack(tmp_p
         "solo-ext-pretrain: error: max_epochs=0: must be an integer >= 1",
         "solo-ext-pretrain: error: optimizer.lr is missing from the config",
         "solo-ext-knn: error: k=0: must be an integer >= 1",
+        "solo-ext-dense-probe: error: num_plot=-1: must be an integer >= 0",
     ]
     assert "method: pbsd" in done["3"][2] and list(tmp_path.iterdir()) == []

@@ -86,7 +86,7 @@ COMMANDS = {
         "solo_ext.eval.classifier_stage.CLASSIFIER_STAGE_OPTIONS",
     ),
     "knn": ("solo_ext.commands.options.KNN_OPTIONS",),
-    "dense_probe": ("solo_ext.commands.dense_probe.OPTIONS",),
+    "dense_probe": ("solo_ext.commands.options.DENSE_PROBE_OPTIONS",),
 }
 # tables that are parts of a command's table above (``data.<key>``, ``data.synthetic.<key>``),
 # or relative to an entry (an augmentation, a sampler, a method's kwargs: one table per entry)

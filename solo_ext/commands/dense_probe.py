@@ -23,7 +23,8 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from solo_ext.commands import mains
-from solo_ext.config import IN_CONF, ConfigError, Option, check_options, conf_options, fill_options
+from solo_ext.commands.options import DENSE_PROBE_OPTIONS as OPTIONS
+from solo_ext.config import ConfigError, check_options, fill_options
 from solo_ext.data.datasets import build_dataset
 from solo_ext.data.synthetic import PART_CLASSES
 from solo_ext.data.transforms import build_eval_transform
@@ -64,20 +65,6 @@ class DenseProbe(pl.LightningModule):
         return torch.optim.AdamW(
             self.parameters(), lr=self.hparams.lr, weight_decay=self.hparams.weight_decay
         )
-
-
-# every key solo-ext-dense-probe reads, declared once; the defaults are conf/dense_probe.yaml's
-OPTIONS: dict[str, Option] = conf_options(
-    "dense_probe",
-    {
-        "max_epochs": Option(IN_CONF, "int", 1),
-        "optimizer.lr": Option(IN_CONF, "float", 0, low_open=True),
-        "optimizer.weight_decay": Option(IN_CONF, "float", 0),
-        "optimizer.batch_size": Option(IN_CONF, "int", 1),
-        "num_plot": Option(IN_CONF, "int", 0),
-        "seed": Option(IN_CONF, "int", 0),
-    },
-)
 
 
 def run(cfg: DictConfig) -> dict[str, Any]:

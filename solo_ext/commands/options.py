@@ -71,3 +71,22 @@ KNN_OPTIONS: dict[str, Option] = conf_options(
 def check_knn_early(cfg: DictConfig) -> None:
     """What a ``solo-ext-knn`` config is refused for before the training stack is imported."""
     check_options(cfg, KNN_OPTIONS)
+
+
+# every key solo-ext-dense-probe reads, declared once; the defaults are conf/dense_probe.yaml's
+DENSE_PROBE_OPTIONS: dict[str, Option] = conf_options(
+    "dense_probe",
+    {
+        "max_epochs": Option(IN_CONF, "int", 1),
+        "optimizer.lr": Option(IN_CONF, "float", 0, low_open=True),
+        "optimizer.weight_decay": Option(IN_CONF, "float", 0),
+        "optimizer.batch_size": Option(IN_CONF, "int", 1),
+        "num_plot": Option(IN_CONF, "int", 0),
+        "seed": Option(IN_CONF, "int", 0),
+    },
+)
+
+
+def check_dense_probe_early(cfg: DictConfig) -> None:
+    """What a ``solo-ext-dense-probe`` config is refused for before the training stack."""
+    check_options(cfg, DENSE_PROBE_OPTIONS)
