@@ -9,7 +9,6 @@ import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import hydra
 from omegaconf import DictConfig
@@ -52,14 +51,14 @@ def hydra_argv(argv: list[str]) -> list[str]:
 
 def hydra_entry(
     prog: str,
-    run: Callable[[DictConfig], Any] | str,
+    run: str,
     config_name: str | None = None,
     early: Callable[[DictConfig], None] | None = None,
 ):
     """The ``main()`` of a Hydra entry point: quiet Hydra, one-line errors, and the packaged
     defaults ``solo_ext/conf/<config_name>.yaml`` (none for solo-learn-style pretraining).
-    ``run`` may be named as ``"module:function"``: it is imported after ``early(cfg)``, the
-    checks that need nothing of the training stack, has passed."""
+    ``run`` is named as ``"module:function"``: it is imported after ``early(cfg)``, the checks
+    that need nothing of the training stack, has passed."""
 
     @hydra.main(
         version_base="1.2", config_path=CONF if config_name else None, config_name=config_name
@@ -68,11 +67,8 @@ def hydra_entry(
         with one_line_errors(prog):
             if early is not None:
                 early(cfg)
-            if isinstance(run, str):
-                module, _, name = run.partition(":")
-                getattr(importlib.import_module(module), name)(cfg)
-            else:
-                run(cfg)
+            module, _, name = run.partition(":")
+            getattr(importlib.import_module(module), name)(cfg)
 
     def main() -> None:
         sys.argv = hydra_argv(sys.argv)
