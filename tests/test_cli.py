@@ -213,8 +213,15 @@ def test_help_cfg_job_and_a_refused_value_answer_before_the_training_stack(tmp_p
         ("knn", ["pretrained_checkpoint_dir=x", "k=0"]),
         ("knn", ["--cfg", "job"]),
         ("linear", ["--help"]),
+        ("linear", ["--cfg", "job"]),
+        ("linear", ["pretrained_checkpoint_dir=x", "scheduler.lr_decay_steps=[3,2]"]),
+        ("linear", ["pretrained_checkpoint_dir=x", "scheduler.name=step"]),
+        ("linear", ["pretrained_checkpoint_dir=x", "+dali.devic=cpu"]),
+        ("linear", ["pretrained_checkpoint_dir=x", "classifier_init=zeros"]),
         ("dense_probe", ["--cfg", "job"]),
         ("dense_probe", ["pretrained_checkpoint_dir=x", "num_plot=-1"]),
+        ("pretrain", ["--config-name", "synthetic-lt/scl", "data.num_workers=-1"]),
+        ("knn", ["pretrained_checkpoint_dir=x", "+data.bad_images=no"]),
     ]
     done = mains_in_one_process([(str(i), c, tmp_path, a) for i, (c, a) in enumerate(cases)])
     for i, (name, argv) in enumerate(cases):
@@ -228,6 +235,16 @@ def test_help_cfg_job_and_a_refused_value_answer_before_the_training_stack(tmp_p
         "solo-ext-pretrain: error: max_epochs=0: must be an integer >= 1",
         "solo-ext-pretrain: error: optimizer.lr is missing from the config",
         "solo-ext-knn: error: k=0: must be an integer >= 1",
+        "solo-ext-linear: error: scheduler.lr_decay_steps=[3, 2]: must be a list of increasing "
+        "epochs >= 1 (or null)",
+        "solo-ext-linear: error: scheduler.lr_decay_steps is missing (scheduler.name='step' "
+        "multiplies the lr by 0.1 at each of these epochs)",
+        "solo-ext-linear: error: dali.devic='cpu': unknown key (did you mean 'device'?); "
+        "valid keys: ['device', 'encode_indexes_into_labels']",
+        "solo-ext-linear: error: classifier_init='zeros': must be one of ['default', 'normal'] "
+        "(or null)",
         "solo-ext-dense-probe: error: num_plot=-1: must be an integer >= 0",
+        "solo-ext-pretrain: error: data.num_workers=-1: must be an integer >= 0",
+        "solo-ext-knn: error: data.bad_images='no': must be one of ['error', 'off', 'skip']",
     ]
     assert "method: pbsd" in done["3"][2] and list(tmp_path.iterdir()) == []

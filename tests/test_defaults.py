@@ -78,12 +78,13 @@ COMMANDS = {
         "solo_ext.commands.options.PRETRAIN_OPTIONS",
         "solo_ext.commands.pretrain.RUN_OPTIONS",
         "solo_ext.data.options.DATA_KEYS",
-        "solo_ext.data.dali.DALI_OPTIONS",
+        "solo_ext.data.options.DALI_OPTIONS",
     ),
     "linear": (
         "solo_ext.commands.linear.OPTIONS",
-        "solo_ext.commands.linear_stage.SCHEDULE_OPTIONS",
-        "solo_ext.eval.classifier_stage.CLASSIFIER_STAGE_OPTIONS",
+        "solo_ext.commands.options.LINEAR_OPTIONS",
+        "solo_ext.commands.options.SCHEDULE_OPTIONS",
+        "solo_ext.eval.options.CLASSIFIER_STAGE_OPTIONS",
     ),
     "knn": ("solo_ext.commands.options.KNN_OPTIONS",),
     "dense_probe": ("solo_ext.commands.options.DENSE_PROBE_OPTIONS",),
@@ -93,7 +94,7 @@ COMMANDS = {
 PARTS = {
     "solo_ext.data.options.DATA_OPTIONS": ("solo_ext.data.options.DATA_KEYS", "data."),
     "solo_ext.data.options.LT_OPTIONS": ("solo_ext.data.options.DATA_KEYS", "data."),
-    "solo_ext.data.synthetic.SYNTHETIC_OPTIONS": (
+    "solo_ext.data.options.SYNTHETIC_OPTIONS": (
         "solo_ext.data.options.DATA_KEYS",
         "data.synthetic.",
     ),

@@ -51,13 +51,13 @@ from torch.utils.data import DataLoader, Dataset, DistributedSampler, TensorData
 
 from solo_ext.commands import mains
 from solo_ext.commands.linear_stage import (
-    SCHEDULE_OPTIONS,
     STAGE_SCHEDULE_NAMES,
     FrozenBackboneClassifier,
     LinearProbe,
     SGDSchedule,
     train_transform,
 )
+from solo_ext.commands.options import LINEAR_OPTIONS, check_linear_early
 from solo_ext.commands.pretrain import RUN_OPTIONS
 from solo_ext.config import (
     IN_CONF,
@@ -69,7 +69,6 @@ from solo_ext.config import (
     select,
     world_size,
 )
-from solo_ext.data.dali import check_dali_keys
 from solo_ext.data.datasets import build_dataset
 from solo_ext.data.options import DATA_KEYS
 from solo_ext.data.samplers import build_sampler, fill_sampler_cfg, targets_of
@@ -97,28 +96,12 @@ SOLO_LINEAR_KEYS = (
 Callbacks = Sequence[pl.Callback]
 Result = tuple[torch.Tensor, torch.Tensor, Dataset]  # validation scores and labels, training set
 
-# every key solo-ext-linear reads, declared once; the defaults are conf/linear.yaml's (the
-# schedule's and the classifier stage's too, declared where they are read); null: by the
-# evaluated data (classifier_stage.STAGE_SCHEDULES)
+# every key solo-ext-linear reads: those checked before the training stack, and the accelerator
 OPTIONS: dict[str, Option] = {
+    **LINEAR_OPTIONS,
     **conf_options(
-        "linear",
-        {
-            "max_epochs": Option(IN_CONF, "int", 1, nullable=True),
-            "feature_norm": Option(IN_CONF, "bool"),
-            "optimizer.name": Option("sgd", "str", choices=("sgd",)),
-            "optimizer.lr": Option(IN_CONF, "float", 0, low_open=True, nullable=True),
-            "optimizer.weight_decay": Option(IN_CONF, "float", 0, nullable=True),
-            "optimizer.batch_size": Option(IN_CONF, "int", 1, nullable=True),
-            "dali.device": Option(IN_CONF, "str", choices=("gpu", "cpu"), nullable=True),
-            "enable_progress_bar": Option(True, "bool"),
-            "seed": Option(IN_CONF, "int", 0),
-            "accelerator": dataclasses.replace(RUN_OPTIONS["accelerator"], default=IN_CONF),
-            "devices": Option(IN_CONF, "devices"),
-        },
+        "linear", {"accelerator": dataclasses.replace(RUN_OPTIONS["accelerator"], default=IN_CONF)}
     ),
-    **SCHEDULE_OPTIONS,
-    **CLASSIFIER_STAGE_OPTIONS,
 }
 
 
@@ -286,10 +269,8 @@ def run(cfg: DictConfig, callbacks: Callbacks = ()) -> dict[str, Any]:
     """Checks ``cfg`` (see the module docstring), trains the classifier (``callbacks`` go to
     the Lightning trainer), tests it and returns the metrics."""
     OmegaConf.set_struct(cfg, False)
-    check_options(cfg, OPTIONS)
-    check_dali_keys(cfg)
-    if select(cfg, "scheduler.name") == "step" and select(cfg, "scheduler.lr_decay_steps") is None:
-        SGDSchedule.from_cfg(cfg)  # (given without its epochs: stops before the run is read)
+    check_linear_early(cfg)  # (again: run() is also called directly)
+    check_options(cfg, {"accelerator": OPTIONS["accelerator"]})
     if select(cfg, "data.sampler") is not None:  # a sampler given here: checked before the run
         fill_sampler_cfg(cfg.copy(), total_epochs=1)
     backbone, pre_cfg, out_dir = load_for_eval(cfg)

@@ -6,21 +6,17 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from numbers import Integral
 from typing import Any
 
 import lightning.pytorch as pl
 import torch
 import torch.nn.functional as F
-from omegaconf import DictConfig, ListConfig
+from omegaconf import DictConfig
 from torch import nn
 from torchvision import transforms as T
 
+from solo_ext.commands.options import SCHEDULE_OPTIONS, check_step_epochs
 from solo_ext.config import (
-    IN_CONF,
-    ConfigError,
-    Option,
-    conf_options,
     declared,
     select,
     world_size,
@@ -30,44 +26,8 @@ from solo_ext.eval.classifier_stage import init_classifier, published_train_tran
 from solo_ext.facts import facts
 from solo_ext.host import feature_dim
 
-# solo-learn's ``scheduler.name`` values that the probe follows, stepped once per epoch:
-# ``step`` multiplies the lr by 0.1 at each of ``scheduler.lr_decay_steps`` (MultiStepLR);
-# ``warmup_cosine`` and ``cosine`` decay it along a cosine to 0 (``warmup_epochs`` not used);
-# ``none`` keeps it constant
-SCHEDULERS = ("warmup_cosine", "cosine", "step", "none")
 # a scheduler's name in the records and tables (the lr's shape: a cosine has no warm-up here)
 STAGE_SCHEDULE_NAMES = {"warmup_cosine": "cosine", "none": "constant"}
-
-
-@dataclass(frozen=True)
-class EpochList(Option):
-    """A non-empty list of increasing epochs >= 1 (``scheduler.lr_decay_steps``)."""
-
-    def valid(self, value: Any) -> bool:
-        if value is None:
-            return self.nullable
-        if not isinstance(value, (list, tuple, ListConfig)) or not value:
-            return False
-        if not all(isinstance(v, Integral) and not isinstance(v, bool) and v >= 1 for v in value):
-            return False
-        return all(a < b for a, b in zip(value, list(value)[1:]))
-
-    def describe(self) -> str:
-        return "a list of increasing epochs >= 1" + (" (or null)" if self.nullable else "")
-
-    def invalid_examples(self) -> list[Any]:
-        return ["many", [0], [3, 2], [1.5]]
-
-
-# the defaults are solo-ext-linear's packaged conf file's
-SCHEDULE_OPTIONS: dict[str, Option] = conf_options(
-    "linear",
-    {
-        "optimizer.kwargs.momentum": Option(IN_CONF, "float", 0, 1, high_open=True),
-        "scheduler.name": Option(IN_CONF, "str", choices=SCHEDULERS, nullable=True),
-        "scheduler.lr_decay_steps": EpochList(IN_CONF, "list", nullable=True),
-    },
-)
 
 
 @dataclass(frozen=True)
@@ -87,12 +47,8 @@ class SGDSchedule:
         scaled by the total batch, ``optimizer.batch_size`` x processes (solo-learn's rule, as
         its ``main_linear.py`` scales it); ``step`` needs its epochs."""
         name = declared(cfg, "scheduler.name", SCHEDULE_OPTIONS)
+        check_step_epochs(cfg)
         steps = select(cfg, "scheduler.lr_decay_steps")
-        if name == "step" and steps is None:
-            raise ConfigError(
-                "scheduler.lr_decay_steps is missing (scheduler.name='step' multiplies the lr "
-                "by 0.1 at each of these epochs)"
-            )
         return cls(
             lr=cfg.optimizer.lr * cfg.optimizer.batch_size * world_size(cfg) / 256,
             momentum=declared(cfg, "optimizer.kwargs.momentum", SCHEDULE_OPTIONS),

@@ -9,13 +9,16 @@ from solo_ext.commands.entry import hydra_entry
 from solo_ext.commands.options import (
     check_dense_probe_early,
     check_knn_early,
+    check_linear_early,
     check_pretrain_early,
 )
 
 pretrain = hydra_entry(
     "solo-ext-pretrain", "solo_ext.commands.pretrain:run", early=check_pretrain_early
 )
-linear = hydra_entry("solo-ext-linear", "solo_ext.commands.linear:run", "linear")
+linear = hydra_entry(
+    "solo-ext-linear", "solo_ext.commands.linear:run", "linear", check_linear_early
+)
 knn = hydra_entry("solo-ext-knn", "solo_ext.commands.knn:run", "knn", check_knn_early)
 dense_probe = hydra_entry(
     "solo-ext-dense-probe",

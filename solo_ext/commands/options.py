@@ -3,18 +3,26 @@ those checks (``commands.mains`` runs them): nothing here imports torch, Lightni
 
 from __future__ import annotations
 
-from omegaconf import DictConfig
+from dataclasses import dataclass
+from numbers import Integral
+from typing import Any
+
+from omegaconf import DictConfig, ListConfig
 
 from solo_ext.common import DISTANCES
 from solo_ext.config import (
     BACKBONE_OPTIONS,
     CORE_RUN_OPTIONS,
     IN_CONF,
+    ConfigError,
     Option,
     check_options,
     conf_options,
     require,
+    select,
 )
+from solo_ext.data.options import DATA_KEYS, check_dali_keys
+from solo_ext.eval.options import CLASSIFIER_STAGE_OPTIONS
 
 # the numbers of solo-learn's pretraining keys that solo-ext passes on to torch and Lightning,
 # but the three whose choices Lightning registers (``commands.pretrain.RUN_OPTIONS`` adds them):
@@ -50,10 +58,13 @@ PRETRAIN_REQUIRED = (
 
 def check_pretrain_early(cfg: DictConfig) -> None:
     """What a pretraining config is refused for before the training stack (Lightning, the host,
-    the methods) is imported: a missing key and a declared run or backbone key out of range."""
+    the methods) is imported: a missing key, a declared run, backbone or data key out of range,
+    an unknown ``dali`` key."""
     require(cfg, *PRETRAIN_REQUIRED)
     check_options(cfg, {**CORE_RUN_OPTIONS, **PRETRAIN_OPTIONS})
     check_options(cfg, BACKBONE_OPTIONS)
+    check_dali_keys(cfg)
+    check_options(cfg, DATA_KEYS)
 
 
 # every key solo-ext-knn reads, declared once; the defaults are conf/knn.yaml's
@@ -71,6 +82,7 @@ KNN_OPTIONS: dict[str, Option] = conf_options(
 def check_knn_early(cfg: DictConfig) -> None:
     """What a ``solo-ext-knn`` config is refused for before the training stack is imported."""
     check_options(cfg, KNN_OPTIONS)
+    check_options(cfg, DATA_KEYS)
 
 
 # every key solo-ext-dense-probe reads, declared once; the defaults are conf/dense_probe.yaml's
@@ -90,3 +102,85 @@ DENSE_PROBE_OPTIONS: dict[str, Option] = conf_options(
 def check_dense_probe_early(cfg: DictConfig) -> None:
     """What a ``solo-ext-dense-probe`` config is refused for before the training stack."""
     check_options(cfg, DENSE_PROBE_OPTIONS)
+    check_options(cfg, DATA_KEYS)
+
+
+# solo-learn's ``scheduler.name`` values that the probe follows, stepped once per epoch:
+# ``step`` multiplies the lr by 0.1 at each of ``scheduler.lr_decay_steps`` (MultiStepLR);
+# ``warmup_cosine`` and ``cosine`` decay it along a cosine to 0 (``warmup_epochs`` not used);
+# ``none`` keeps it constant
+SCHEDULERS = ("warmup_cosine", "cosine", "step", "none")
+
+
+@dataclass(frozen=True)
+class EpochList(Option):
+    """A non-empty list of increasing epochs >= 1 (``scheduler.lr_decay_steps``)."""
+
+    def valid(self, value: Any) -> bool:
+        if value is None:
+            return self.nullable
+        if not isinstance(value, (list, tuple, ListConfig)) or not value:
+            return False
+        if not all(isinstance(v, Integral) and not isinstance(v, bool) and v >= 1 for v in value):
+            return False
+        return all(a < b for a, b in zip(value, list(value)[1:]))
+
+    def describe(self) -> str:
+        return "a list of increasing epochs >= 1" + (" (or null)" if self.nullable else "")
+
+    def invalid_examples(self) -> list[Any]:
+        return ["many", [0], [3, 2], [1.5]]
+
+
+# the defaults are solo-ext-linear's packaged conf file's
+SCHEDULE_OPTIONS: dict[str, Option] = conf_options(
+    "linear",
+    {
+        "optimizer.kwargs.momentum": Option(IN_CONF, "float", 0, 1, high_open=True),
+        "scheduler.name": Option(IN_CONF, "str", choices=SCHEDULERS, nullable=True),
+        "scheduler.lr_decay_steps": EpochList(IN_CONF, "list", nullable=True),
+    },
+)
+
+
+# every key solo-ext-linear reads, declared once; the defaults are conf/linear.yaml's; null: by
+# the evaluated data (classifier_stage.STAGE_SCHEDULES). ``accelerator``, whose choices
+# Lightning registers, is added by ``commands.linear.OPTIONS``.
+LINEAR_OPTIONS: dict[str, Option] = {
+    **conf_options(
+        "linear",
+        {
+            "max_epochs": Option(IN_CONF, "int", 1, nullable=True),
+            "feature_norm": Option(IN_CONF, "bool"),
+            "optimizer.name": Option("sgd", "str", choices=("sgd",)),
+            "optimizer.lr": Option(IN_CONF, "float", 0, low_open=True, nullable=True),
+            "optimizer.weight_decay": Option(IN_CONF, "float", 0, nullable=True),
+            "optimizer.batch_size": Option(IN_CONF, "int", 1, nullable=True),
+            "dali.device": Option(IN_CONF, "str", choices=("gpu", "cpu"), nullable=True),
+            "enable_progress_bar": Option(True, "bool"),
+            "seed": Option(IN_CONF, "int", 0),
+            "devices": Option(IN_CONF, "devices"),
+        },
+    ),
+    **SCHEDULE_OPTIONS,
+    **CLASSIFIER_STAGE_OPTIONS,
+}
+
+
+def check_step_epochs(cfg: DictConfig) -> None:
+    """``scheduler.name: step`` needs the epochs at which it steps the lr down."""
+    if select(cfg, "scheduler.name") == "step" and select(cfg, "scheduler.lr_decay_steps") is None:
+        raise ConfigError(
+            "scheduler.lr_decay_steps is missing (scheduler.name='step' multiplies the lr "
+            "by 0.1 at each of these epochs)"
+        )
+
+
+def check_linear_early(cfg: DictConfig) -> None:
+    """What a ``solo-ext-linear`` config is refused for before the training stack is imported:
+    a declared key out of range (the data keys given here too), an unknown ``dali`` key, and
+    ``step`` without its epochs."""
+    check_options(cfg, LINEAR_OPTIONS)
+    check_options(cfg, DATA_KEYS)
+    check_dali_keys(cfg)
+    check_step_epochs(cfg)

@@ -42,7 +42,6 @@ from solo_ext.config import (
     world_size,
 )
 from solo_ext.data.dali import (
-    check_dali_keys,
     dali_crops,
     dali_device,
     dali_loader,
@@ -54,6 +53,7 @@ from solo_ext.data.datasets import (
     fill_data_cfg,
     train_class_counts,
 )
+from solo_ext.data.options import check_dali_keys
 from solo_ext.data.samplers import build_sampler, fill_sampler_cfg
 from solo_ext.data.transforms import (
     build_eval_transform,

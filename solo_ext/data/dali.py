@@ -31,9 +31,8 @@ import numpy as np
 import torch
 from omegaconf import DictConfig
 
-from solo_ext.common import did_you_mean
-from solo_ext.config import ConfigError, Option, check_options, declared, select
-from solo_ext.data.options import DATA_KEYS
+from solo_ext.config import ConfigError, declared
+from solo_ext.data.options import DALI_OPTIONS, DATA_KEYS
 from solo_ext.data.samplers import LongTailSampler, targets_of
 
 # solo-learn's mixed-decoder paddings (nvJPEG's buffers, sized for ImageNet)
@@ -46,32 +45,6 @@ def dali_installed() -> bool:
     except ImportError:
         return False
     return True
-
-
-# solo-learn's ``dali`` section as solo-ext reads it (the default is solo-learn's)
-DALI_OPTIONS: dict[str, Option] = {
-    "dali.device": Option("gpu", "str", choices=("gpu", "cpu")),
-    # solo-learn's (its DALI loaders put the sample index into the label)
-    "dali.encode_indexes_into_labels": Option(False, "bool"),
-}
-
-
-def check_dali_keys(cfg: DictConfig) -> None:
-    """Every key under ``dali`` declared and valid, whether or not DALI reads the data (both
-    doors, before any work): one line naming the key and the value."""
-    section = select(cfg, "dali")
-    if section is None:
-        return
-    if not isinstance(section, DictConfig):
-        raise ConfigError(f"dali={section!r}: must be a section (dali.device: gpu or cpu)")
-    known = [key.split(".", 1)[1] for key in DALI_OPTIONS]
-    for key in section:
-        if key not in known:
-            raise ConfigError(
-                f"dali.{key}={section[key]!r}: unknown key{did_you_mean(str(key), known)}; "
-                f"valid keys: {known}"
-            )
-    check_options(cfg, DALI_OPTIONS)
 
 
 def run_dali_device(cfg: DictConfig) -> str:

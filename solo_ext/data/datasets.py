@@ -23,8 +23,8 @@ from solo_ext.config import (
     select,
 )
 from solo_ext.data import lt_datasets as lt
-from solo_ext.data.options import DATA_KEYS, DATA_OPTIONS, LT_OPTIONS
-from solo_ext.data.synthetic import SYNTHETIC_OPTIONS, check_synthetic
+from solo_ext.data.options import DATA_KEYS, DATA_OPTIONS, LT_OPTIONS, SYNTHETIC_OPTIONS
+from solo_ext.data.synthetic import check_synthetic
 
 # the torchvision class of each dataset whose images torchvision reads (by its solo-learn name)
 TORCHVISION = {"cifar10": tvd.CIFAR10, "cifar100": tvd.CIFAR100}

@@ -3,11 +3,21 @@ check a given value against them)."""
 
 from __future__ import annotations
 
+from omegaconf import DictConfig
+
 import solo_ext.facts as F
-from solo_ext.config import Option
-from solo_ext.data.synthetic import SYNTHETIC_OPTIONS
+from solo_ext.common import did_you_mean
+from solo_ext.config import ConfigError, Option, check_options, select
 
 BAD_IMAGE_MODES = ("error", "skip", "off")
+
+# ``data.synthetic`` of synthetic_lt, declared once: the config's defaults and the constructor's
+SYNTHETIC_OPTIONS: dict[str, Option] = {
+    "n_max": Option(200, "int", 1),
+    "val_per_class": Option(20, "int", 1),
+    "image_size": Option(32, "int", 8),
+    "seed": Option(0, "int", 0),
+}
 
 # the keys of ``data`` that solo-ext reads, declared once: filled from here and checked against
 # their declaration when given, whatever the dataset (paths and split files are checked on disk)
@@ -37,3 +47,28 @@ DATA_KEYS: dict[str, Option] = {
     **{f"data.{key}": option for key, option in {**DATA_OPTIONS, **LT_OPTIONS}.items()},
     **{f"data.synthetic.{key}": option for key, option in SYNTHETIC_OPTIONS.items()},
 }
+
+# solo-learn's ``dali`` section as solo-ext reads it (the default is solo-learn's)
+DALI_OPTIONS: dict[str, Option] = {
+    "dali.device": Option("gpu", "str", choices=("gpu", "cpu")),
+    # solo-learn's (its DALI loaders put the sample index into the label)
+    "dali.encode_indexes_into_labels": Option(False, "bool"),
+}
+
+
+def check_dali_keys(cfg: DictConfig) -> None:
+    """Every key under ``dali`` declared and valid, whether or not DALI reads the data (both
+    doors, before any work): one line naming the key and the value."""
+    section = select(cfg, "dali")
+    if section is None:
+        return
+    if not isinstance(section, DictConfig):
+        raise ConfigError(f"dali={section!r}: must be a section (dali.device: gpu or cpu)")
+    known = [key.split(".", 1)[1] for key in DALI_OPTIONS]
+    for key in section:
+        if key not in known:
+            raise ConfigError(
+                f"dali.{key}={section[key]!r}: unknown key{did_you_mean(str(key), known)}; "
+                f"valid keys: {known}"
+            )
+    check_options(cfg, DALI_OPTIONS)

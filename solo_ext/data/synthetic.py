@@ -17,17 +17,11 @@ import numpy as np
 import torch
 from PIL import Image
 
-from solo_ext.config import ConfigError, Option
+from solo_ext.config import ConfigError
 from solo_ext.data.longtail import _check_int, lt_counts, shot_groups
+from solo_ext.data.options import SYNTHETIC_OPTIONS
 from solo_ext.facts import FEW_THRESHOLD, MANY_THRESHOLD, facts
 
-# ``data.synthetic`` of synthetic_lt, declared once: the config's defaults and the constructor's
-SYNTHETIC_OPTIONS: dict[str, Option] = {
-    "n_max": Option(200, "int", 1),
-    "val_per_class": Option(20, "int", 1),
-    "image_size": Option(32, "int", 8),
-    "seed": Option(0, "int", 0),
-}
 _FACTS = facts("synthetic_lt")
 
 COLOURS: dict[str, tuple[float, float, float]] = {

@@ -28,20 +28,10 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
-from solo_ext.config import IN_CONF, Option, check_options, conf_options, select
+from solo_ext.config import check_options, select
+from solo_ext.eval.options import CLASSIFIER_STAGE_OPTIONS
 from solo_ext.facts import facts
 
-# null: decided by the dataset (below); the defaults are solo-ext-linear's packaged conf file's
-CLASSIFIER_STAGE_OPTIONS: dict[str, Option] = conf_options(
-    "linear",
-    {
-        "backbone_bn": Option(IN_CONF, "str", choices=("train", "eval"), nullable=True),
-        "classifier_init": Option(IN_CONF, "str", choices=("normal", "default"), nullable=True),
-        "train_augmentation": Option(
-            IN_CONF, "str", choices=("published", "solo-learn"), nullable=True
-        ),
-    },
-)
 # each key's value for (long-tailed, balanced) datasets when the config does not give it
 _BY_DATASET = {
     "backbone_bn": ("train", "eval"),

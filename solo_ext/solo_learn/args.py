@@ -86,7 +86,7 @@ def _check_solo_ext_keys(cfg: Any, module: ModuleType) -> dict[str, Any] | None:
             OmegaConf.update(cfg, "data.sampler", {"name": LONG_TAIL_SAMPLER}, force_add=True)
     if parsed.uses_solo_ext(cfg):  # (a config of solo-learn's alone is left to its own checks)
         from solo_ext.config import CORE_RUN_OPTIONS
-        from solo_ext.data.dali import check_dali_keys
+        from solo_ext.data.options import check_dali_keys
 
         check_options(cfg, {"devices": CORE_RUN_OPTIONS["devices"]})
         check_dali_keys(cfg)

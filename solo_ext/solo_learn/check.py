@@ -125,8 +125,7 @@ def solo_ext_use(cfg: Any) -> str | None:
     for a config of solo-learn alone."""
     from omegaconf import OmegaConf
 
-    from solo_ext.data.datasets import SYNTHETIC_OPTIONS
-    from solo_ext.data.options import LT_OPTIONS
+    from solo_ext.data.options import LT_OPTIONS, SYNTHETIC_OPTIONS
     from solo_ext.methods.registry import SOLO_EXT_METHODS
 
     if not OmegaConf.is_config(cfg):
