@@ -28,6 +28,7 @@ from solo_ext.methods.registry import SOLO_EXT_METHODS
 
 SHOT_GROUPS = ("many", "medium", "few")
 VAL_PER_CLASS = 4
+STEPS = 2  # a rank's optimiser steps in each whole run (what the runs check needs no more)
 
 
 # the data of the shipped config, drawn smaller: what the runs check does not depend on its size
@@ -48,7 +49,7 @@ def run_args(method: str, strategy: str, *extra: str) -> list[str]:
         "devices=2",
         f"strategy={strategy}",
         "max_epochs=1",
-        "++limit_train_batches=4",
+        f"++limit_train_batches={STEPS}",
         "++enable_progress_bar=false",
         *SMALLER_DATA,
         *extra,
@@ -58,7 +59,7 @@ def run_args(method: str, strategy: str, *extra: str) -> list[str]:
 def pretrain_two_processes(
     method: str, cwd: Path, *extra: str, strategy: str = "ddp", **more_env: str
 ) -> subprocess.CompletedProcess:
-    """The shipped synthetic-lt config on two CPU processes, one epoch of 4 steps a rank, on a
+    """The shipped synthetic-lt config on two CPU processes, one epoch of 2 steps a rank, on a
     smaller draw of its data (60 down to 6 training images a class, 4 validation images a class;
     the shot thresholds scaled with it) and batches of 32.
 
@@ -187,9 +188,9 @@ def test_a_two_process_dali_run_finishes_reading_disjoint_shares(tmp_path):
         seen = [
             json.loads(line) for line in (spy / f"labels-{rank}.jsonl").read_text().splitlines()
         ]
-        assert len(seen) == 4  # limit_train_batches
+        assert len(seen) == STEPS  # limit_train_batches
         share = [labels[i] for i in whole[rank::2]]
-        assert seen == [share[b * batch : (b + 1) * batch] for b in range(4)]
+        assert seen == [share[b * batch : (b + 1) * batch] for b in range(STEPS)]
 
 
 def test_python_m_finds_the_shipped_configs(tmp_path):

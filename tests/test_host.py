@@ -42,14 +42,6 @@ def test_reexports_are_the_active_hosts():
     assert issubclass(host.BaseMomentumMethod, host.BaseMethod)
 
 
-def test_forced_standalone():
-    proc = _python(
-        "import solo_ext.host as h; print(h.HOST, h.BaseMethod.__module__)",
-        env={"SOLO_EXT_HOST": "standalone"},
-    )
-    assert proc.stdout.split() == ["standalone", "solo_ext.host.standalone.base"], proc.stderr
-
-
 def test_bad_host_value():
     proc = _python("import solo_ext.host", env={"SOLO_EXT_HOST": "sol"})
     assert proc.returncode != 0 and "SOLO_EXT_HOST='sol'" in proc.stderr
@@ -112,10 +104,17 @@ def test_autoload_registers_into_solo_methods(fake_solo):
     assert scl_module.strip() == "solo.methods"
 
 
-def test_autoload_switched_off(fake_solo):
-    proc = _python(CHECK_HOOK, env={"SOLO_EXT_AUTOLOAD": "0"}, path=[fake_solo])
+def test_autoload_switched_off_and_the_standalone_host_forced(fake_solo):
+    """One fresh interpreter for two start-up settings: with the hook switched off, solo-learn's
+    registry is its own; ``SOLO_EXT_HOST=standalone`` then picks the embedded host although a
+    solo-learn is importable."""
+    code = CHECK_HOOK + "    import solo_ext.host as h; print(h.HOST, h.BaseMethod.__module__)\n"
+    env = {"SOLO_EXT_AUTOLOAD": "0", "SOLO_EXT_HOST": "standalone"}
+    proc = _python(code, env=env, path=[fake_solo])
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.startswith("['base', 'scl'] solo.methods"), proc.stdout  # nothing added
+    registry, chosen = proc.stdout.splitlines()
+    assert registry == "['base', 'scl'] solo.methods", proc.stdout  # nothing added
+    assert chosen.split() == ["standalone", "solo_ext.host.standalone.base"], proc.stdout
 
 
 @pytest.mark.skipif(not SOLO_INSTALLED, reason="needs the real solo-learn")
