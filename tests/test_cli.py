@@ -218,6 +218,7 @@ def test_help_cfg_job_and_a_refused_value_answer_before_the_training_stack(tmp_p
         ("linear", ["pretrained_checkpoint_dir=x", "scheduler.name=step"]),
         ("linear", ["pretrained_checkpoint_dir=x", "+dali.devic=cpu"]),
         ("linear", ["pretrained_checkpoint_dir=x", "classifier_init=zeros"]),
+        ("linear", ["pretrained_checkpoint_dir=x", "classifier_stage=crt2"]),
         ("dense_probe", ["--cfg", "job"]),
         ("dense_probe", ["pretrained_checkpoint_dir=x", "num_plot=-1"]),
         ("pretrain", ["--config-name", "synthetic-lt/scl", "data.num_workers=-1"]),
@@ -243,6 +244,8 @@ def test_help_cfg_job_and_a_refused_value_answer_before_the_training_stack(tmp_p
         "valid keys: ['device', 'encode_indexes_into_labels']",
         "solo-ext-linear: error: classifier_init='zeros': must be one of ['default', 'normal'] "
         "(or null)",
+        "solo-ext-linear: error: classifier_stage='crt2': must be one of ['balanced_linear', "
+        "'crt', 'tau_norm', 'lws', 'logit_adjust'], 'all', or a list of them",
         "solo-ext-dense-probe: error: num_plot=-1: must be an integer >= 0",
         "solo-ext-pretrain: error: data.num_workers=-1: must be an integer >= 0",
         "solo-ext-knn: error: data.bad_images='no': must be one of ['error', 'off', 'skip']",

@@ -85,6 +85,7 @@ COMMANDS = {
         "solo_ext.commands.options.LINEAR_OPTIONS",
         "solo_ext.commands.options.SCHEDULE_OPTIONS",
         "solo_ext.eval.options.CLASSIFIER_STAGE_OPTIONS",
+        "solo_ext.eval.options.DECOUPLED_OPTIONS",
     ),
     "knn": ("solo_ext.commands.options.KNN_OPTIONS",),
     "dense_probe": ("solo_ext.commands.options.DENSE_PROBE_OPTIONS",),

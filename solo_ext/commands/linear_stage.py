@@ -72,21 +72,13 @@ class SGDSchedule:
         return [opt], [sched]
 
 
-class LinearProbe(pl.LightningModule):
-    """(BatchNorm without affine +) linear layer on fixed features [N, D]; SGD as scheduled."""
+class FeatureClassifier(pl.LightningModule):
+    """A classifier ``head`` on fixed features [N, D], trained with cross-entropy; SGD as
+    scheduled on its trainable parameters (LWS's scales: its linear layer is frozen)."""
 
-    def __init__(
-        self,
-        dim: int,
-        num_classes: int,
-        schedule: SGDSchedule,
-        feature_norm: bool = True,
-        classifier_init: str = "default",
-    ):
+    def __init__(self, head: nn.Module, schedule: SGDSchedule):
         super().__init__()
-        norm = nn.BatchNorm1d(dim, affine=False) if feature_norm else nn.Identity()
-        self.head = nn.Sequential(norm, nn.Linear(dim, num_classes))
-        init_classifier(self.head[1], classifier_init)
+        self.head = head
         self.schedule = schedule
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -99,7 +91,23 @@ class LinearProbe(pl.LightningModule):
         return loss
 
     def configure_optimizers(self):
-        return self.schedule.configure(self.parameters())
+        return self.schedule.configure(p for p in self.parameters() if p.requires_grad)
+
+
+class LinearProbe(FeatureClassifier):
+    """(BatchNorm without affine +) linear layer on fixed features [N, D]; SGD as scheduled."""
+
+    def __init__(
+        self,
+        dim: int,
+        num_classes: int,
+        schedule: SGDSchedule,
+        feature_norm: bool = True,
+        classifier_init: str = "default",
+    ):
+        norm = nn.BatchNorm1d(dim, affine=False) if feature_norm else nn.Identity()
+        super().__init__(nn.Sequential(norm, nn.Linear(dim, num_classes)), schedule)
+        init_classifier(self.head[1], classifier_init)
 
 
 class FrozenBackboneClassifier(pl.LightningModule):

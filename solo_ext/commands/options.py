@@ -22,7 +22,7 @@ from solo_ext.config import (
     select,
 )
 from solo_ext.data.options import DATA_KEYS, check_dali_keys
-from solo_ext.eval.options import CLASSIFIER_STAGE_OPTIONS
+from solo_ext.eval.options import CLASSIFIER_STAGE_OPTIONS, DECOUPLED_OPTIONS
 
 # the numbers of solo-learn's pretraining keys that solo-ext passes on to torch and Lightning,
 # but the three whose choices Lightning registers (``commands.pretrain.RUN_OPTIONS`` adds them):
@@ -164,6 +164,7 @@ LINEAR_OPTIONS: dict[str, Option] = {
     ),
     **SCHEDULE_OPTIONS,
     **CLASSIFIER_STAGE_OPTIONS,
+    **DECOUPLED_OPTIONS,
 }
 
 

@@ -1,0 +1,240 @@
+"""The decoupled classifier stages (cRT, tau-normalisation, LWS, post-hoc logit adjustment):
+each against a re-derivation written here as the papers' code computes it, the choice of tau
+kept off the test split, a known-prior case where the post-hoc stages provably move accuracy
+from the head classes to the tail, and a whole ``solo-ext-linear`` run of all the stages."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import eval_cfg, tiny_cfg
+
+from solo_ext.commands.options import LINEAR_OPTIONS
+from solo_ext.config import ConfigError, check_options
+from solo_ext.eval.decoupled import (
+    ScaledLinear,
+    choose_tau,
+    class_mean_accuracy,
+    held_out_split,
+    logit_adjusted_scores,
+    tau_grid,
+    tau_norm_scores,
+    tau_normalised_weight,
+)
+from solo_ext.eval.options import CLASSIFIER_STAGES, stages_of
+
+
+def test_tau_normalised_weight_is_the_row_loop():
+    """Each row divided by its norm to the power tau, row by row as the official script does
+    (with tau 0 the weights unchanged, with tau 1 unit rows)."""
+    gen = torch.Generator().manual_seed(0)
+    weight = torch.randn(7, 5, generator=gen, dtype=torch.float64) * torch.arange(1, 8)[:, None]
+    for tau in (0.0, 0.3, 1.0, 1.7):
+        want = weight.clone()
+        for i in range(weight.size(0)):
+            want[i] = weight[i] / math.sqrt(sum(float(v) ** 2 for v in weight[i])) ** tau
+        torch.testing.assert_close(tau_normalised_weight(weight, tau), want)
+    torch.testing.assert_close(tau_normalised_weight(weight, 0.0), weight)
+    norms = tau_normalised_weight(weight, 1.0).norm(dim=1)
+    torch.testing.assert_close(norms, torch.ones(7, dtype=torch.float64))
+    # the scores: features times the normalised rows, no bias
+    x = torch.randn(3, 5, generator=gen, dtype=torch.float64)
+    want = torch.tensor(
+        [
+            [sum(float(x[n, d]) * float(want[c, d]) for d in range(5)) for c in range(7)]
+            for n in range(3)
+        ],
+        dtype=torch.float64,
+    )
+    torch.testing.assert_close(tau_norm_scores(x, weight, 1.7), want)
+
+
+def test_logit_adjustment_subtracts_tau_times_the_log_prior():
+    counts = [50, 20, 5, 1]
+    logits = torch.tensor([[1.0, 2.0, 0.5, -1.0], [0.0, 0.0, 0.0, 0.0]], dtype=torch.float64)
+    total = sum(counts)
+    for tau in (0.0, 1.0, 2.5):
+        want = torch.tensor(
+            [
+                [row[j] - tau * math.log(counts[j] / total) for j in range(4)]
+                for row in logits.tolist()
+            ],
+            dtype=torch.float64,
+        )
+        torch.testing.assert_close(logit_adjusted_scores(logits, counts, tau), want)
+    # a uniform prior shifts every logit alike: no prediction changes
+    flat = logit_adjusted_scores(logits, [3, 3, 3, 3], 1.0)
+    assert torch.equal(flat.argmax(1), logits.argmax(1))
+    with pytest.raises(ValueError, match="counts > 0"):
+        logit_adjusted_scores(logits, [3, 0, 3, 3])
+
+
+def test_lws_scales_the_frozen_classifiers_logits_per_class():
+    torch.manual_seed(0)
+    linear = torch.nn.Linear(6, 4)
+    model = ScaledLinear(linear)
+    with torch.no_grad():
+        model.scales.copy_(torch.tensor([0.5, 1.0, 2.0, 3.0]))
+    x = torch.randn(5, 6)
+    want = (x @ linear.weight.T + linear.bias) * torch.tensor([0.5, 1.0, 2.0, 3.0])
+    torch.testing.assert_close(model(x), want)
+    # only the scales train; they start at one
+    assert [n for n, p in model.named_parameters() if p.requires_grad] == ["scales"]
+    assert torch.equal(ScaledLinear(torch.nn.Linear(6, 4)).scales, torch.ones(4))
+    model(x).sum().backward()
+    assert linear.weight.grad is None and model.scales.grad is not None
+
+
+def test_the_held_out_split_is_per_class_and_disjoint():
+    labels = torch.tensor([0] * 10 + [1] * 5 + [2] * 2 + [3] * 1)
+    fit, held = held_out_split(labels, 0.2, seed=3)
+    assert sorted(fit.tolist() + held.tolist()) == list(range(18))
+    assert set(fit.tolist()).isdisjoint(held.tolist())
+    per_class = torch.bincount(labels[held], minlength=4).tolist()
+    assert per_class == [2, 1, 1, 0]  # floor(0.2 n), at least one from two images, none from one
+    assert torch.bincount(labels[fit], minlength=4).min() >= 1
+    # seeded: the same split again, another seed another one
+    assert torch.equal(held_out_split(labels, 0.2, seed=3)[1], held)
+    assert not torch.equal(held_out_split(labels, 0.2, seed=4)[1], held)
+
+
+def test_choose_tau_takes_the_best_mean_class_accuracy_and_the_smallest_on_a_tie():
+    gen = torch.Generator().manual_seed(1)
+    weight = torch.randn(3, 4, generator=gen)
+    weight[0] *= 10  # a head class with a large weight norm
+    x = torch.randn(60, 4, generator=gen)
+    y = torch.randint(0, 3, (60,), generator=gen)
+    taus = tau_grid(2.0, 21)
+    assert taus[0] == 0.0 and taus[-1] == 2.0 and len(taus) == 21
+    tau, accs = choose_tau(x, y, weight, taus)
+    want = [class_mean_accuracy(tau_norm_scores(x, weight, t), y, 3) for t in taus]
+    assert accs == want
+    best = max(want)
+    assert tau == taus[want.index(best)]  # the first (smallest) of the best
+
+
+def _bayes_case(n_test: int = 6000):
+    """Three Gaussian classes with equal spread, trained on a long-tailed prior (1000, 100, 10):
+    the instance-trained posterior (logits log p(x|y) + log pi_y) against a balanced test."""
+    gen = torch.Generator().manual_seed(0)
+    means = torch.tensor([[0.0, 0.0], [2.0, 0.0], [1.0, 1.7]], dtype=torch.float64)
+    counts = [1000, 100, 10]
+    y = torch.arange(3).repeat_interleave(n_test // 3)
+    x = means[y] + torch.randn(len(y), 2, generator=gen, dtype=torch.float64)
+    log_pi = torch.log(torch.tensor(counts, dtype=torch.float64) / sum(counts))
+    logits = -0.5 * ((x[:, None, :] - means[None]) ** 2).sum(-1) + log_pi
+    return x, y, logits, counts, means
+
+
+def _per_class(scores, y):
+    pred = scores.argmax(1)
+    return [float((pred[y == c] == c).double().mean()) for c in range(3)]
+
+
+def test_on_a_known_prior_the_post_hoc_stages_move_accuracy_from_head_to_tail():
+    """Logit adjustment of the prior-weighted Bayes posterior gives the balanced Bayes rule: the
+    tail class gains, the head loses, and the mean class accuracy rises. Tau-normalising weights
+    whose norms grow with the class count (the bias of instance sampling) moves the same way."""
+    x, y, logits, counts, means = _bayes_case()
+    before, after = _per_class(logits, y), _per_class(logit_adjusted_scores(logits, counts), y)
+    assert after[2] > before[2] + 0.2 and after[0] < before[0]
+    assert sum(after) > sum(before)
+    # tau-norm: linear scores x . w_c with |w_c| growing with n_c (unit directions otherwise)
+    directions = torch.nn.functional.normalize(means - means.mean(0), dim=1)
+    weight = directions * torch.tensor(counts, dtype=torch.float64).log()[:, None]
+    centred = x - means.mean(0)
+    plain, normed = tau_norm_scores(centred, weight, 0.0), tau_norm_scores(centred, weight, 1.0)
+    before, after = _per_class(plain, y), _per_class(normed, y)
+    assert after[2] > before[2] and after[0] < before[0]
+
+
+def test_stage_names_and_lists_are_checked_in_one_line():
+    assert stages_of("all") == list(CLASSIFIER_STAGES)
+    assert stages_of(["logit_adjust", "crt"]) == ["crt", "logit_adjust"]
+    from omegaconf import OmegaConf
+
+    for value, text in [
+        ("crt2", "classifier_stage='crt2'"),
+        (["crt", "crt"], "classifier_stage=['crt', 'crt']"),
+        ([], "classifier_stage=[]"),
+    ]:
+        with pytest.raises(ConfigError, match=f"^{text.replace('[', '[[]')}: must be one of"):
+            check_options(OmegaConf.create({"classifier_stage": value}), LINEAR_OPTIONS)
+
+
+@pytest.fixture(scope="module")
+def scl_run(tmp_path_factory):
+    from conftest import RESNET18
+
+    from solo_ext.commands.pretrain import run
+
+    cfg = tiny_cfg("scl", tmp_path_factory.mktemp("decoupled"), backbone=RESNET18)
+    return Path(run(cfg)["run_dir"])
+
+
+def test_all_five_stages_in_one_command(scl_run, tmp_path):
+    """``classifier_stage=all``: the balanced stage as before and the four decoupled stages on
+    features extracted once, each under its own keys in metrics.json, tau_norm's tau recorded,
+    chosen without the test split (another test split gives the same tau)."""
+    from solo_ext.commands import linear
+
+    cfg = eval_cfg(
+        "linear",
+        scl_run,
+        classifier_stage="all",
+        max_epochs=1,
+        **{"decoupled.epochs": 2, "decoupled.lws_epochs": 1, "enable_progress_bar": False},
+    )
+    metrics = linear.run(cfg)
+    on_disk = json.loads((scl_run / "metrics.json").read_text())
+    for stage in ("crt", "tau_norm", "lws", "logit_adjust"):
+        for key in ("acc1", "acc1_many", "acc1_medium", "acc1_few"):
+            name = f"linear_{stage}_{key}"
+            if math.isnan(metrics[name]):  # an empty shot group (the tiny data has no many)
+                assert on_disk[name] is None
+            else:
+                assert on_disk[name] == pytest.approx(metrics[name])
+        assert (scl_run / f"linear_{stage}_per_class.csv").is_file()
+    assert "linear_acc1" in metrics  # balanced_linear's keys, as before
+    assert metrics["linear_crt_sampler"] == metrics["linear_lws_sampler"] == "class_balanced"
+    assert metrics["linear_logit_adjust_tau"] == 1.0
+    assert metrics["linear_tau_norm_tau"] in tau_grid(2.0, 21)
+    assert metrics["linear_tau_norm_held_out"] > 0
+
+
+def test_tau_is_chosen_without_the_test_split():
+    """The decoupled stages on fixed features, twice: the test split replaced by noise changes
+    the scores but not the tau chosen (nor the held-out part it was chosen on)."""
+    from types import SimpleNamespace
+
+    from omegaconf import OmegaConf
+
+    from solo_ext.commands import linear
+    from solo_ext.config import fill_options
+
+    gen = torch.Generator().manual_seed(0)
+    counts = [40, 20, 10, 5]
+    train_y = torch.arange(4).repeat_interleave(torch.tensor(counts))
+    centres = torch.randn(4, 8, generator=gen) * 2
+    train_x = centres[train_y] + torch.randn(len(train_y), 8, generator=gen)
+    val_y = torch.arange(4).repeat_interleave(10)
+    train = SimpleNamespace(train_class_counts=counts)
+    cfg = OmegaConf.create({"accelerator": "cpu", "devices": 1, "seed": 0})
+    fill_options(cfg, LINEAR_OPTIONS)
+    cfg.decoupled.epochs = 3
+    cfg.enable_progress_bar = False
+    data = {"dataset": "synthetic_lt", "num_classes": 4, "many_threshold": 30, "few_threshold": 8}
+    pre_cfg = OmegaConf.create({"data": data})
+    found = []
+    for val_x in (centres[val_y], torch.randn(40, 8, generator=gen) * 50):
+        feats = {"train_x": train_x, "train_y": train_y, "val_x": val_x, "val_y": val_y}
+        feats["train"] = train
+        torch.manual_seed(0)
+        found.append(linear._decoupled(cfg, feats, pre_cfg, ["tau_norm"], (), None))
+    assert found[0]["linear_tau_norm_tau"] == found[1]["linear_tau_norm_tau"]
+    assert found[0]["linear_tau_norm_held_out"] == found[1]["linear_tau_norm_held_out"] == 15
+    assert found[0]["linear_tau_norm_acc1"] != found[1]["linear_tau_norm_acc1"]
