@@ -176,10 +176,12 @@ def scl_run(tmp_path_factory):
     return Path(run(cfg)["run_dir"])
 
 
-def test_all_five_stages_in_one_command(scl_run, tmp_path):
-    """``classifier_stage=all``: the balanced stage as before and the four decoupled stages on
-    features extracted once, each under its own keys in metrics.json, tau_norm's tau recorded,
-    chosen without the test split (another test split gives the same tau)."""
+@pytest.fixture(scope="module")
+def five_stages(scl_run):
+    """``classifier_stage=all`` on the tiny run: its metrics, and how often the features were
+    extracted."""
+    from unittest import mock
+
     from solo_ext.commands import linear
 
     cfg = eval_cfg(
@@ -189,7 +191,17 @@ def test_all_five_stages_in_one_command(scl_run, tmp_path):
         max_epochs=1,
         **{"decoupled.epochs": 2, "decoupled.lws_epochs": 1, "enable_progress_bar": False},
     )
-    metrics = linear.run(cfg)
+    with mock.patch.object(linear, "split_features", wraps=linear.split_features) as extract:
+        metrics = linear.run(cfg)
+    return metrics, extract.call_count
+
+
+def test_all_five_stages_in_one_command(scl_run, five_stages):
+    """``classifier_stage=all``: the balanced stage as before and the four decoupled stages on
+    features extracted once, each under its own keys in metrics.json, tau_norm's tau recorded
+    (its choice without the test split: the test below)."""
+    metrics, extractions = five_stages
+    assert extractions == 1  # one feature pass for the four decoupled stages
     on_disk = json.loads((scl_run / "metrics.json").read_text())
     for stage in ("crt", "tau_norm", "lws", "logit_adjust"):
         for key in ("acc1", "acc1_many", "acc1_medium", "acc1_few"):
@@ -238,3 +250,23 @@ def test_tau_is_chosen_without_the_test_split():
     assert found[0]["linear_tau_norm_tau"] == found[1]["linear_tau_norm_tau"]
     assert found[0]["linear_tau_norm_held_out"] == found[1]["linear_tau_norm_held_out"] == 15
     assert found[0]["linear_tau_norm_acc1"] != found[1]["linear_tau_norm_acc1"]
+
+
+def test_the_leaderboard_shows_each_stage_as_its_own_flagged_column(scl_run, five_stages):
+    """Each decoupled stage is a column of its own, beside the balanced stage's, and flagged
+    against the stage a published linear number uses."""
+    from solo_ext.leaderboard.runs import read_args, read_run
+    from solo_ext.leaderboard.table import markdown, measured_row
+
+    metrics, _ = five_stages
+    row = measured_row(read_run(scl_run, read_args(scl_run), []), [])
+    stages = ["linear_crt", "linear_tau_norm", "linear_lws", "linear_logit_adjust"]
+    assert row.evaluations[:5] == ["linear", *stages]
+    for key in stages:
+        assert row.value(key) == pytest.approx(metrics[f"{key}_acc1"])
+    assert "linear cRT: classifier stage crt (published: the balanced linear stage)" in (
+        row.differences
+    )
+    assert sum("classifier stage" in d for d in row.differences) == 4
+    header = markdown("synthetic_lt", [row]).split("\n")
+    assert any("linear tau-norm top-1" in line for line in header), header[:6]

@@ -32,12 +32,17 @@ from pathlib import Path
 from typing import Any
 
 from solo_ext.config import CORE_RUN_OPTIONS, ConfigError, declared, world_size
+from solo_ext.eval.options import DECOUPLED_STAGES
 
 GROUPS = ("many", "medium", "few")
 METRICS = ("acc1", "acc5", *GROUPS)
+# solo-ext-linear's decoupled stages (``classifier_stage``): each its own evaluation
+STAGE_TITLES = {"crt": "cRT", "tau_norm": "tau-norm", "lws": "LWS", "logit_adjust": "logit-adj."}
+DECOUPLED_EVALS = {f"linear_{stage}": stage for stage in DECOUPLED_STAGES}
 # an evaluation -> its title in the tables (in column order)
 EVALUATIONS = {
     "linear": "linear",
+    **{key: f"linear {STAGE_TITLES[stage]}" for key, stage in DECOUPLED_EVALS.items()},
     "head": "head",
     "online": "online linear",
     "online_knn": "online kNN",
@@ -268,6 +273,13 @@ def _from_metrics(metrics: dict[str, Any], prefix: str, origin: str) -> Eval | N
     acc5 = _float(metrics.get(f"{prefix}acc5"))
     if prefix == "head_":
         return Eval(acc1, groups, "head", origin, "the head trained with the loss", acc5=acc5)
+    if prefix[:-1] in DECOUPLED_EVALS:  # linear_<stage>_: a decoupled stage, on features
+        parts = [f"{metrics[f'{prefix}epochs']} ep" if f"{prefix}epochs" in metrics else ""]
+        parts.append(str(metrics.get(f"{prefix}sampler") or ""))
+        if f"{prefix}tau" in metrics:
+            parts.append(f"tau {metrics[f'{prefix}tau']:g}")
+        note = ", ".join(filter(None, parts))
+        return Eval(acc1, groups, prefix[:-1], origin, note, acc5=acc5)
     if prefix == "linear_":
         parts = [f"{metrics['linear_epochs']} ep" if "linear_epochs" in metrics else ""]
         parts.append(str(metrics.get("linear_sampler") or ""))
@@ -300,7 +312,7 @@ def read_run(run_dir: Path, args: dict[str, Any], search: list[Path]) -> Run:
             raise ValueError("metrics.json holds no metrics")
     origin = shown(metrics_path)
     evals = {}
-    for prefix in ("linear_", "head_", "knn_"):
+    for prefix in ("linear_", *(f"{key}_" for key in DECOUPLED_EVALS), "head_", "knn_"):
         found = _from_metrics(metrics, prefix, origin)
         if found is not None:
             evals[found.kind] = found

@@ -22,7 +22,7 @@ from solo_ext.leaderboard.published import (
     stage_differences,
 )
 from solo_ext.leaderboard.recipe import recipe_differences
-from solo_ext.leaderboard.runs import EVALUATIONS, GROUPS, METRICS, Run, shown
+from solo_ext.leaderboard.runs import DECOUPLED_EVALS, EVALUATIONS, GROUPS, METRICS, Run, shown
 from solo_ext.runs.environment import summary
 
 PUBLISHED, MEASURED = "published", "measured"
@@ -147,6 +147,12 @@ def measured_row(run: Run, published: list[Published]) -> Row:
     if linear is not None:
         reference = ref.stage if ref is not None and ref.stage else published_stage(run.dataset)
         differences += stage_differences(reference, linear.stage)
+    # a decoupled stage's column is not the stage a published linear number used
+    published_eval = ref.linear_eval if ref is not None else ""
+    for key in (k for k in run.evals if k in DECOUPLED_EVALS):
+        stage = DECOUPLED_EVALS[key]
+        was = "the balanced linear stage" if published_eval in ("offline", "") else published_eval
+        differences.append(f"{EVALUATIONS[key]}: classifier stage {stage} (published: {was})")
     differences += recipe_differences(run)
     if ref is not None and None not in (ref.epochs, run.epochs) and ref.epochs != run.epochs:
         differences.append(f"epochs {run.epochs} (published {ref.epochs})")
