@@ -168,11 +168,9 @@ def test_stage_names_and_lists_are_checked_in_one_line():
 
 @pytest.fixture(scope="module")
 def scl_run(tmp_path_factory):
-    from conftest import RESNET18
-
     from solo_ext.commands.pretrain import run
 
-    cfg = tiny_cfg("scl", tmp_path_factory.mktemp("decoupled"), backbone=RESNET18)
+    cfg = tiny_cfg("scl", tmp_path_factory.mktemp("decoupled"))
     return Path(run(cfg)["run_dir"])
 
 

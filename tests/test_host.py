@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import subprocess
 import sys
@@ -92,10 +93,46 @@ CHECK_HOOK = """
 """
 
 
-def test_autoload_registers_into_solo_methods(fake_solo):
-    proc = _python(CHECK_HOOK, path=[fake_solo])
+def _core_modules() -> list[str]:
+    """Every module of the core layers (``solo_ext/layers.py``), by name."""
+    from pathlib import Path
+
+    import solo_ext
+    from solo_ext.layers import CORE, layer_of
+
+    root = Path(solo_ext.__file__).parent.parent
+    names = []
+    for path in sorted((root / "solo_ext").rglob("*.py")):
+        parts = path.relative_to(root).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        if layer_of(name) in CORE:
+            names.append(name)
+    return names
+
+
+# (before solo-learn's registry is imported) the whole core, imported with the start-up hook
+# installed: no host, no Lightning, no solo-learn (what the static walk of tests/test_layers.py
+# cannot see, an import by name at run time, shows in sys.modules)
+IMPORT_THE_CORE = """
+    import importlib, json
+    for name in {names!r}:
+        importlib.import_module(name)
+    top = ("lightning", "pytorch_lightning", "solo")
+    print(json.dumps(sorted(m for m in sys.modules
+                            if m.split(".")[0] in top or m.startswith("solo_ext.host"))))
+"""
+
+
+def test_autoload_registers_and_importing_the_core_loads_no_host_and_no_lightning(fake_solo):
+    names = _core_modules()
+    assert len(names) > 20  # the walk found the package
+    head, registry = CHECK_HOOK.split("    from solo.methods import METHODS\n")
+    code = head + IMPORT_THE_CORE.format(names=names) + "    from solo.methods import METHODS\n"
+    proc = _python(code + registry, path=[fake_solo])
     assert proc.returncode == 0, proc.stderr
-    names, scl_module = proc.stdout.rsplit(" ", 1)
+    loaded, found = proc.stdout.strip().splitlines()
+    assert json.loads(loaded) == []
+    names, scl_module = found.rsplit(" ", 1)
     from solo_ext.methods.registry import SOLO_EXT_METHODS
 
     for name in SOLO_EXT_METHODS:
