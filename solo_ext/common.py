@@ -39,10 +39,16 @@ def did_you_mean(word: str, options: Iterable[str]) -> str:
     return f" (did you mean {match[0]!r}?)" if match else ""
 
 
+def first_process() -> bool:
+    """Whether this is a run's first process (DDP's children, which re-run the script, and the
+    other nodes' processes are not), by the launcher's environment."""
+    return os.environ.get("LOCAL_RANK", "0") == "0" and os.environ.get("NODE_RANK", "0") == "0"
+
+
 def announce(message: str) -> None:
     """``solo-ext: <message>`` once per run: on the first process only (the processes of a
     distributed run, and DDP's children that re-run the script, say nothing)."""
-    if os.environ.get("LOCAL_RANK", "0") == "0" and os.environ.get("NODE_RANK", "0") == "0":
+    if first_process():
         print(f"solo-ext: {message}", flush=True)
 
 

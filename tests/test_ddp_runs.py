@@ -66,10 +66,16 @@ def pretrain_two_processes(
     ``strategy=ddp`` as a user starts it: Lightning's launcher starts the command again for the
     second process, which imports everything anew (about 6 s of the suite's 2 cores);
     ``ddp_fork``: the same DDP strategy on processes forked from the first one."""
-    args = run_args(method, strategy, *extra)
+    return run_command("solo-ext-pretrain", run_args(method, strategy, *extra), cwd, **more_env)
+
+
+def run_command(
+    command: str, args: list[str], cwd: Path, **more_env: str
+) -> subprocess.CompletedProcess:
+    """One of the installed ``solo-ext-*`` commands, one thread a process, output captured."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore", **more_env}
     return subprocess.run(
-        [str(Path(sys.executable).with_name("solo-ext-pretrain")), *args],
+        [str(Path(sys.executable).with_name(command)), *args],
         cwd=cwd,
         env=env,
         capture_output=True,
@@ -222,3 +228,47 @@ def test_the_processes_lightning_starts_take_the_first_process_run_id(tmp_path, 
     monkeypatch.delenv(RUN_ID_ENV)
     other = shared_run_id(tmp_path)
     assert other != first and RUN_ID_ENV not in os.environ
+
+
+def test_the_classifier_stages_on_two_processes_report_once_the_one_process_numbers(
+    forked_runs, tmp_path
+):
+    """``solo-ext-linear classifier_stage=all`` on two processes as a user starts it
+    (``strategy=ddp``: the second process runs the command again): the balanced stage trains
+    on both, the decoupled stages give exactly the numbers of one process (every process trains
+    them on the same cached features from the same seed), and only the first process prints
+    and writes them."""
+    import shutil
+
+    from conftest import eval_cfg
+
+    from solo_ext.commands import linear
+
+    source, _ = forked_runs[FORKED_RUNS[0]]
+    (run,) = (source / "trained_models" / FORKED_RUNS[0]).iterdir()
+    one, two = tmp_path / "one", tmp_path / "two"
+    for where in (one, two):
+        shutil.copytree(run, where)
+    stages = ["crt", "tau_norm", "lws", "logit_adjust"]
+    quick = {"decoupled.epochs": 2, "decoupled.lws_epochs": 1}
+    cfg = eval_cfg("linear", one, classifier_stage=stages, **quick, enable_progress_bar=False)
+    want = linear.run(cfg)
+    args = [
+        f"pretrained_checkpoint_dir={two}",
+        "classifier_stage=all",
+        "max_epochs=1",
+        *[f"{k}={v}" for k, v in quick.items()],
+        "devices=2",
+        "+strategy=ddp",
+        "++enable_progress_bar=false",
+    ]
+    proc = run_command("solo-ext-linear", args, tmp_path)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    got = json.loads((two / "metrics.json").read_text())
+    for stage in stages:
+        assert proc.stdout.count(f"classifier stage {stage} on") == 1, proc.stdout
+        for key in ("acc1", "acc5", "tau" if stage == "tau_norm" else "batch"):
+            name = f"linear_{stage}_{key}"
+            assert got[name] == pytest.approx(want[name], abs=1e-9), name
+    assert proc.stdout.count("linear probe on") == 1
+    assert got["linear_environment"]["world_size"] == 2 and finite(got["linear_acc1"])

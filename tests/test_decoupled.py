@@ -223,8 +223,8 @@ def test_tau_is_chosen_without_the_test_split():
 
     from omegaconf import OmegaConf
 
-    from solo_ext.commands import linear
     from solo_ext.config import fill_options
+    from solo_ext.eval.decoupled import report_stages
 
     gen = torch.Generator().manual_seed(0)
     counts = [40, 20, 10, 5]
@@ -233,18 +233,17 @@ def test_tau_is_chosen_without_the_test_split():
     train_x = centres[train_y] + torch.randn(len(train_y), 8, generator=gen)
     val_y = torch.arange(4).repeat_interleave(10)
     train = SimpleNamespace(train_class_counts=counts)
-    cfg = OmegaConf.create({"accelerator": "cpu", "devices": 1, "seed": 0})
+    cfg = OmegaConf.create({})
     fill_options(cfg, LINEAR_OPTIONS)
     cfg.decoupled.epochs = 3
-    cfg.enable_progress_bar = False
     data = {"dataset": "synthetic_lt", "num_classes": 4, "many_threshold": 30, "few_threshold": 8}
     pre_cfg = OmegaConf.create({"data": data})
     found = []
     for val_x in (centres[val_y], torch.randn(40, 8, generator=gen) * 50):
         feats = {"train_x": train_x, "train_y": train_y, "val_x": val_x, "val_y": val_y}
         feats["train"] = train
-        torch.manual_seed(0)
-        found.append(linear._decoupled(cfg, feats, pre_cfg, ["tau_norm"], (), None))
+        options = OmegaConf.to_container(cfg.decoupled)
+        found.append(report_stages(["tau_norm"], options, feats, pre_cfg.data, 0, "cpu", None))
     assert found[0]["linear_tau_norm_tau"] == found[1]["linear_tau_norm_tau"]
     assert found[0]["linear_tau_norm_held_out"] == found[1]["linear_tau_norm_held_out"] == 15
     assert found[0]["linear_tau_norm_acc1"] != found[1]["linear_tau_norm_acc1"]
@@ -268,3 +267,67 @@ def test_the_leaderboard_shows_each_stage_as_its_own_flagged_column(scl_run, fiv
     assert sum("classifier stage" in d for d in row.differences) == 4
     header = markdown("synthetic_lt", [row]).split("\n")
     assert any("linear tau-norm top-1" in line for line in header), header[:6]
+
+
+def _sgd_loop(weight, bias, x, y, *, epochs, batch, lr, momentum, wd, seed):
+    """The stage's training as its definition reads: SGD with momentum (the buffer starts at the
+    first step's gradient) and weight decay added to the gradient, the lr of epoch e
+    lr (1 + cos(pi e / E)) / 2, a seeded permutation per epoch in full batches."""
+    import math as m
+
+    w, b = weight.clone().double(), bias.clone().double()
+    vw = vb = None
+    gen = torch.Generator().manual_seed(seed)
+    for epoch in range(epochs):
+        step_lr = lr * (1 + m.cos(m.pi * epoch / epochs)) / 2
+        order = torch.randperm(len(y), generator=gen)
+        for start in range(0, len(y) - len(y) % batch, batch):
+            idx = order[start : start + batch]
+            xb, yb = x[idx].double(), y[idx]
+            logits = xb @ w.T + b
+            p = logits.softmax(dim=1)
+            p[torch.arange(len(yb)), yb] -= 1  # d(mean cross-entropy) / d(logits), times B
+            gw, gb = p.T @ xb / len(yb) + wd * w, p.sum(0) / len(yb) + wd * b
+            vw = gw if vw is None else momentum * vw + gw
+            vb = gb if vb is None else momentum * vb + gb
+            w, b = w - step_lr * vw, b - step_lr * vb
+    return w, b
+
+
+def test_the_stage_training_is_sgd_with_a_cosine_per_epoch():
+    """fit_on_features against the written-out loop: same weights after three epochs of
+    shuffled full batches (the last short batch dropped)."""
+    from torch import nn
+
+    from solo_ext.eval.decoupled import fit_on_features
+
+    gen = torch.Generator().manual_seed(1)
+    x, y = torch.randn(50, 6, generator=gen), torch.randint(0, 4, (50,), generator=gen)
+    layer = nn.Linear(6, 4)
+    want_w, want_b = _sgd_loop(layer.weight.detach(), layer.bias.detach(), x, y, epochs=3,
+                               batch=16, lr=0.5, momentum=0.9, wd=5e-3, seed=7)  # fmt: skip
+    fit_on_features(layer, x, y, epochs=3, batch_size=16, lr=0.5, momentum=0.9,
+                    weight_decay=5e-3, sampler=None, seed=7)  # fmt: skip
+    assert torch.allclose(layer.weight.double(), want_w, atol=1e-5)
+    assert torch.allclose(layer.bias.double(), want_b, atol=1e-5)
+    assert not layer.training
+
+
+def test_crt_and_lws_draw_each_class_equally_often():
+    """cRT's and LWS's batches come from the class-balanced draw, the others' from the
+    instance draw: counted through the head's inputs on a 9:1 training set."""
+    from torch import nn
+
+    from solo_ext.eval.decoupled import fit_on_features
+
+    y = torch.tensor([0] * 90 + [1] * 10)
+    x = torch.nn.functional.one_hot(y, 2).float()  # the input says its class
+    for sampler, share in (("class_balanced", 0.5), (None, 0.1)):
+        seen = []
+        head = nn.Linear(2, 2)
+        head.register_forward_hook(
+            lambda _m, inp, _o, seen=seen: seen.append(inp[0][:, 1].sum().item())
+        )
+        fit_on_features(head, x, y, epochs=20, batch_size=10, lr=0.1, momentum=0.0,
+                        weight_decay=0.0, sampler=sampler, seed=0)  # fmt: skip
+        assert sum(seen) / (10 * len(seen)) == pytest.approx(share, abs=0.05)

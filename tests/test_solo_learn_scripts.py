@@ -822,3 +822,49 @@ def test_the_long_tailed_linear_configs_step_solo_learns_lr_as_published(name, t
         scheduler.step()
     want = [10.0] * 20 + [1.0] * 10 + [0.1] * 10
     assert lrs == pytest.approx(want)
+
+
+def test_main_linear_runs_the_decoupled_stages_as_solo_ext_linear_does(pretrained, tmp_path):
+    """``main_linear.py ++classifier_stage=all``: the four decoupled stages on the checkpoint's
+    features, in metrics.json beside it, equal to solo-ext-linear's on the same checkpoint and
+    seed; main_linear.py's own training runs as well."""
+    import shutil
+
+    from omegaconf import OmegaConf
+
+    from solo_ext.commands import linear
+
+    door, ours = tmp_path / "door", tmp_path / "ours"
+    for where in (door, ours):
+        shutil.copytree(pretrained, where)
+    (ckpt,) = door.glob("*.ckpt")
+    quick = ["++decoupled.epochs=2", "++decoupled.lws_epochs=1"]
+    args = [
+        "--config-name",
+        "synthetic-lt/dscl",
+        *CPU,
+        *SMALL,
+        *quick,
+        "++classifier_stage=all",
+        f"pretrained_feature_extractor='{ckpt}'",
+        "backbone.name=resnet18",
+        "checkpoint.enabled=False",
+    ]
+    proc = ok(solo("main_linear.py", args, tmp_path))
+    assert "classifier_stage: crt, tau_norm, lws, logit_adjust" in proc.stdout
+    got = json.loads((door / "metrics.json").read_text())
+    stages = ["crt", "tau_norm", "lws", "logit_adjust"]
+    cfg = OmegaConf.load(ROOT / "solo_ext" / "conf" / "linear.yaml")
+    cfg.pretrained_checkpoint_dir = str(ours)
+    cfg.classifier_stage = stages
+    cfg.seed = 5  # main_linear.py's (solo-learn's default)
+    cfg.decoupled.epochs, cfg.decoupled.lws_epochs = 2, 1
+    want = linear.run(cfg)
+    for stage in stages:
+        for key in ("acc1", "acc5", "acc1_few", "epochs", "sampler", "lr"):
+            name = f"linear_{stage}_{key}"
+            assert got[name] == pytest.approx(want[name], abs=1e-6), name
+    assert got["linear_tau_norm_tau"] == want["linear_tau_norm_tau"]
+    (logged,) = (tmp_path / "lightning_logs").rglob("metrics.csv")
+    assert "linear_crt_acc1" in logged.read_text().splitlines()[0]
+    assert "val_acc1" in logged.read_text().splitlines()[0]  # its own stage trained too

@@ -44,8 +44,8 @@ accepted without being used (nor are the ``scheduler`` keys other than ``name`` 
 
 from __future__ import annotations
 
-import copy
 import dataclasses
+import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -58,7 +58,6 @@ from torch.utils.data import DataLoader, Dataset, DistributedSampler, TensorData
 from solo_ext.commands import mains
 from solo_ext.commands.linear_stage import (
     STAGE_SCHEDULE_NAMES,
-    FeatureClassifier,
     FrozenBackboneClassifier,
     LinearProbe,
     SGDSchedule,
@@ -66,6 +65,7 @@ from solo_ext.commands.linear_stage import (
 )
 from solo_ext.commands.options import LINEAR_OPTIONS, check_linear_early
 from solo_ext.commands.pretrain import RUN_OPTIONS
+from solo_ext.common import first_process
 from solo_ext.config import (
     IN_CONF,
     Option,
@@ -76,7 +76,7 @@ from solo_ext.config import (
     select,
     world_size,
 )
-from solo_ext.data.datasets import build_dataset, train_class_counts
+from solo_ext.data.datasets import build_dataset
 from solo_ext.data.options import DATA_KEYS
 from solo_ext.data.samplers import build_sampler, fill_sampler_cfg, targets_of
 from solo_ext.data.transforms import build_eval_transform
@@ -90,14 +90,7 @@ from solo_ext.eval.classifier_stage import (
     train_augmentation_entry,
 )
 from solo_ext.eval.common import extract_features, report, split_features
-from solo_ext.eval.decoupled import (
-    ScaledLinear,
-    choose_tau,
-    held_out_split,
-    logit_adjusted_scores,
-    tau_grid,
-    tau_norm_scores,
-)
+from solo_ext.eval.decoupled import report_stages
 from solo_ext.eval.options import stages_of
 from solo_ext.runs.environment import environment
 from solo_ext.runs.load import load_for_eval
@@ -284,100 +277,23 @@ def _on_images(
     return scores, val_y, train_set
 
 
-def _feature_loader(
-    cfg: DictConfig, x: torch.Tensor, y: torch.Tensor, sampler: str | None
-) -> DataLoader:
-    """Batches of ``decoupled.batch_size`` cached features, shuffled or drawn by ``sampler``."""
-    args = None if sampler is None else {"name": sampler}
-    stage = OmegaConf.merge(cfg, {"optimizer": {"batch_size": cfg.decoupled.batch_size}})
-    return _loader(stage, TensorDataset(x, y), y, args)
+def stage_device(cfg: DictConfig) -> torch.device:
+    """Where the features are extracted and the decoupled stages trained: this process's GPU
+    unless the stage runs on the CPU."""
+    if select(cfg, "accelerator") == "cpu" or not torch.cuda.is_available():
+        return torch.device("cpu")
+    return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
 
 
-def _decoupled(
-    cfg: DictConfig,
-    feats: dict,
-    pre_cfg: DictConfig,
-    stages: Sequence[str],
-    callbacks: Callbacks,
-    out_dir: Any,
+def _report(
+    found: Result, data: DictConfig, prefix: str, out_dir: Any, extra: dict, label: str
 ) -> dict[str, Any]:
-    """The decoupled stages (:mod:`solo_ext.eval.decoupled`) on the cached features: each
-    reported under ``linear_<stage>_``, with how it was trained and, for ``tau_norm``, the tau
-    chosen on the held-out part of the training split."""
-    d = cfg.decoupled
-    train_x, train_y, val_x = feats["train_x"], feats["train_y"], feats["val_x"]
-    num_classes = pre_cfg.data.num_classes
-    batch = d.batch_size * world_size(cfg)
-    lr = d.lr * batch / 256
-
-    def schedule(epochs: int) -> SGDSchedule:
-        return SGDSchedule(lr, d.momentum, d.weight_decay, epochs, scheduler="cosine")
-
-    def linear(x: torch.Tensor, y: torch.Tensor, sampler: str | None) -> nn.Linear:
-        probe = LinearProbe(x.size(1), num_classes, schedule(d.epochs), feature_norm=False)
-        _fit(cfg, probe, _feature_loader(cfg, x, y, sampler), callbacks, d.epochs)
-        return probe.head[1].cpu().eval()
-
-    scores: dict[str, torch.Tensor] = {}
-    extra: dict[str, dict[str, Any]] = {}
-    how = {
-        "crt": (d.epochs, LONG_TAIL_SAMPLER),
-        "tau_norm": (d.epochs, "shuffle"),
-        "lws": (d.lws_epochs, LONG_TAIL_SAMPLER),
-        "logit_adjust": (d.epochs, "shuffle"),
-    }
-    for stage in stages:
-        epochs, sampler = how[stage]
-        extra[stage] = {
-            f"linear_{stage}_epochs": epochs,
-            f"linear_{stage}_sampler": sampler,
-            f"linear_{stage}_batch": batch,
-            f"linear_{stage}_lr": lr,
-        }
-    x_val = val_x.float()
-    if "lws" in stages or "logit_adjust" in stages:
-        instance = linear(train_x, train_y, None)
-    if "crt" in stages:
-        with torch.no_grad():
-            scores["crt"] = linear(train_x, train_y, LONG_TAIL_SAMPLER)(x_val)
-    if "tau_norm" in stages:
-        fit, held = held_out_split(train_y, d.held_out_fraction, cfg.seed)
-        weight = linear(train_x[fit], train_y[fit], None).weight.detach()
-        taus = tau_grid(d.tau_max, d.tau_steps)
-        tau, _ = choose_tau(train_x[held].float(), train_y[held], weight, taus)
-        scores["tau_norm"] = tau_norm_scores(x_val, weight, tau)
-        extra["tau_norm"].update(
-            {"linear_tau_norm_tau": tau, "linear_tau_norm_held_out": int(held.numel())}
-        )
-    if "lws" in stages:
-        lws = FeatureClassifier(
-            ScaledLinear(copy.deepcopy(instance).train()), schedule(d.lws_epochs)
-        )
-        _fit(cfg, lws, _feature_loader(cfg, train_x, train_y, LONG_TAIL_SAMPLER), callbacks,
-             d.lws_epochs)  # fmt: skip
-        with torch.no_grad():
-            scores["lws"] = lws.cpu().eval()(x_val)
-    if "logit_adjust" in stages:
-        counts = train_class_counts(feats["train"])
-        with torch.no_grad():
-            logits = instance(x_val)
-        scores["logit_adjust"] = logit_adjusted_scores(logits, counts, d.logit_adjust_tau)
-        extra["logit_adjust"]["linear_logit_adjust_tau"] = d.logit_adjust_tau
-    metrics: dict[str, Any] = {}
-    for stage in stages:
-        metrics.update(
-            report(
-                scores[stage].float(),
-                feats["val_y"],
-                feats["train"],
-                pre_cfg.data,
-                f"linear_{stage}_",
-                out_dir,
-                extra[stage],
-                f"classifier stage {stage}",
-            )
-        )
-    return metrics
+    """:func:`report` on the first process; the others say and write nothing and return no
+    keys (every process of a distributed stage has the same numbers)."""
+    if not first_process():
+        return {}
+    scores, val_y, train_set = found
+    return report(scores, val_y, train_set, data, prefix, out_dir, extra, label)
 
 
 def run(cfg: DictConfig, callbacks: Callbacks = ()) -> dict[str, Any]:
@@ -402,7 +318,9 @@ def run(cfg: DictConfig, callbacks: Callbacks = ()) -> dict[str, Any]:
     # extracted once for every stage on features, before the published stage (its backbone in
     # train mode) moves the BatchNorm statistics
     on_features = "balanced_linear" in stages and not published_stage(cfg)
-    feats = split_features(backbone, pre_cfg) if decoupled or on_features else None
+    feats = None
+    if decoupled or on_features:
+        feats = split_features(backbone, pre_cfg, device=stage_device(cfg))
     metrics: dict[str, Any] = {}
     if "balanced_linear" in stages:
         if on_features:
@@ -411,7 +329,11 @@ def run(cfg: DictConfig, callbacks: Callbacks = ()) -> dict[str, Any]:
             found = _on_images(cfg, backbone, pre_cfg, sampler_args, callbacks)
         metrics.update(_balanced_report(cfg, found, sampler, pre_cfg, out_dir))
     if decoupled:
-        metrics.update(_decoupled(cfg, feats, pre_cfg, decoupled, callbacks, out_dir))
+        options = OmegaConf.to_container(cfg.decoupled)
+        device, first = stage_device(cfg), first_process()
+        metrics.update(
+            report_stages(decoupled, options, feats, pre_cfg.data, cfg.seed, device, out_dir, first)
+        )
     return metrics
 
 
@@ -419,7 +341,6 @@ def _balanced_report(
     cfg: DictConfig, found: Result, sampler: str | None, pre_cfg: DictConfig, out_dir: Any
 ) -> dict[str, Any]:
     """The ``balanced_linear`` stage's metrics under ``linear_``, with the stage as run."""
-    scores, val_y, train_set = found
     schedule = SGDSchedule.from_cfg(cfg)
     extra = {
         "linear_epochs": cfg.max_epochs,
@@ -438,8 +359,7 @@ def _balanced_report(
             world_size=world_size(cfg),  # the stage's processes
         ),
     }
-    data = pre_cfg.data
-    return report(scores, val_y, train_set, data, "linear_", out_dir, extra, "linear probe")
+    return _report(found, pre_cfg.data, "linear_", out_dir, extra, "linear probe")
 
 
 main = mains.linear  # (its console script: the same, imported without this module)

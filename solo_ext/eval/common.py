@@ -39,14 +39,28 @@ def extract_features(
     return torch.cat(feats), torch.cat(labels)
 
 
-def split_features(backbone: nn.Module, pre_cfg: DictConfig, batch_size: int = 256) -> dict:
-    """Frozen features of the train and val splits (deterministic transform), and the datasets."""
-    crop = pre_cfg.augmentations[0].crop_size if pre_cfg.get("augmentations") else 224
+def split_features(
+    backbone: nn.Module,
+    pre_cfg: DictConfig,
+    batch_size: int = 256,
+    device: torch.device | str | None = None,
+    crop: int | None = None,
+) -> dict:
+    """Frozen features of the train and val splits (deterministic transform at ``crop``, by
+    default the run's crop size), and the datasets; on ``device`` (default: the backbone's),
+    the backbone moved back afterwards."""
+    if crop is None:
+        crop = pre_cfg.augmentations[0].crop_size if pre_cfg.get("augmentations") else 224
     transform = build_eval_transform(pre_cfg.data.dataset, crop)
     train = build_dataset(pre_cfg.data, "train", transform)
     val = build_dataset(pre_cfg.data, "val", transform)
-    train_x, train_y = extract_features(backbone, train, batch_size)
-    val_x, val_y = extract_features(backbone, val, batch_size)
+    home = next(backbone.parameters()).device
+    backbone.to(device or home)
+    try:
+        train_x, train_y = extract_features(backbone, train, batch_size)
+        val_x, val_y = extract_features(backbone, val, batch_size)
+    finally:
+        backbone.to(home)
     return {
         "train": train,
         "val": val,

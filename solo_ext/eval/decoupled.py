@@ -15,19 +15,28 @@ ICLR 2021). What each stage computes, as the papers' code computes it:
 - ``logit_adjust``: the instance-sampled classifier's logits less tau x log of the training
   prior, ``s_j = f_j(x) - tau log(n_j / N)``.
 
-The training loops are the command's (``solo-ext-linear``); this module holds what the stages
-compute and the held-out split, with nothing of Lightning.
+Both doors run them here (``solo-ext-linear``, and ``main_linear.py`` after its own linear
+stage): :func:`run_stages` trains on the cached features with a plain SGD loop (a linear layer on
+fixed features needs no strategy: every process of a distributed run computes the same numbers
+from the same seed, and the first one reports), with nothing of Lightning.
 """
 
 from __future__ import annotations
 
+import copy
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
+from solo_ext.data.samplers import build_sampler
 from solo_ext.eval.options import DECOUPLED_STAGES
+
+# the class-balanced draw of cRT's and LWS's training (the long-tail sampler of that name)
+BALANCED = "class_balanced"
 
 __all__ = ["DECOUPLED_STAGES"]  # (the stages this module computes, declared with their keys)
 
@@ -120,3 +129,163 @@ class ScaledLinear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.linear(x) * self.scales
+
+
+def fit_on_features(
+    head: nn.Module,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    *,
+    epochs: int,
+    batch_size: int,
+    lr: float,
+    momentum: float,
+    weight_decay: float,
+    sampler: str | None,
+    seed: int,
+    device: torch.device | str = "cpu",
+) -> nn.Module:
+    """Trains ``head``'s trainable parameters on the features ``x`` [N, D] with cross-entropy:
+    SGD with momentum and weight decay, the lr decayed by a cosine over ``epochs`` and stepped
+    once per epoch (Kang et al.'s stage-2 schedule), batches of ``batch_size`` shuffled (a seeded
+    permutation per epoch) or drawn by the long-tail ``sampler`` (seeded, its epoch set), the
+    last short batch dropped when there is a full one. Returns ``head`` in eval mode."""
+    params = [p for p in head.parameters() if p.requires_grad]
+    opt = torch.optim.SGD(params, lr=lr, momentum=momentum, weight_decay=weight_decay)
+    schedule = torch.optim.lr_scheduler.CosineAnnealingLR(opt, epochs)
+    n = int(y.numel())
+    gen = torch.Generator().manual_seed(seed)
+    draw = None
+    if sampler is not None:
+        draw = build_sampler(sampler, y, seed=seed, num_replicas=1, rank=0)
+    head.to(device).train()
+    for epoch in range(epochs):
+        if draw is None:
+            order = torch.randperm(n, generator=gen)
+        else:
+            draw.set_epoch(epoch)
+            order = torch.as_tensor(list(draw), dtype=torch.long)
+        stop = len(order) - len(order) % batch_size if len(order) > batch_size else len(order)
+        for start in range(0, stop, batch_size):
+            idx = order[start : start + batch_size]
+            loss = F.cross_entropy(head(x[idx].to(device)), y[idx].to(device))
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+        schedule.step()
+    return head.eval()
+
+
+def run_stages(
+    stages: Sequence[str],
+    options: Mapping[str, Any],
+    feats: Mapping[str, torch.Tensor],
+    class_counts: Sequence[int],
+    seed: int,
+    device: torch.device | str = "cpu",
+) -> tuple[dict[str, torch.Tensor], dict[str, dict[str, Any]]]:
+    """The decoupled ``stages`` on cached features (``feats``: ``train_x``, ``train_y``,
+    ``val_x``): each stage's [N_val, C] scores, and how each was trained (its record keys,
+    ``linear_<stage>_*``; tau-norm's chosen tau and held-out size). ``options`` are the checked
+    ``decoupled`` keys; ``decoupled.batch_size`` is the whole batch and ``decoupled.lr`` the lr
+    per 256 images, scaled by it. Seeded by ``seed``: the same numbers on every process."""
+    d = options
+    train_x, train_y = feats["train_x"].float(), feats["train_y"].long()
+    x_val = feats["val_x"].float()
+    num_classes = len(class_counts)
+    lr = d["lr"] * d["batch_size"] / 256
+    how = {
+        "crt": (d["epochs"], BALANCED),
+        "tau_norm": (d["epochs"], None),
+        "lws": (d["lws_epochs"], BALANCED),
+        "logit_adjust": (d["epochs"], None),
+    }
+
+    def fit(head: nn.Module, x: torch.Tensor, y: torch.Tensor, stage: str) -> nn.Module:
+        epochs, sampler = how[stage]
+        return fit_on_features(
+            head, x, y, epochs=epochs, batch_size=d["batch_size"], lr=lr,
+            momentum=d["momentum"], weight_decay=d["weight_decay"], sampler=sampler,
+            seed=seed, device=device,
+        ).cpu()  # fmt: skip
+
+    def linear(x: torch.Tensor, y: torch.Tensor, stage: str) -> nn.Linear:
+        with torch.random.fork_rng(devices=[]):  # PyTorch's init, seeded: the same on every run
+            torch.manual_seed(seed)
+            layer = nn.Linear(x.size(1), num_classes)
+        return fit(layer, x, y, stage)
+
+    extra = {
+        stage: {
+            f"linear_{stage}_epochs": how[stage][0],
+            f"linear_{stage}_sampler": how[stage][1] or "shuffle",
+            f"linear_{stage}_batch": d["batch_size"],
+            f"linear_{stage}_lr": lr,
+        }
+        for stage in stages
+    }
+    scores: dict[str, torch.Tensor] = {}
+    if "lws" in stages or "logit_adjust" in stages:
+        instance = linear(train_x, train_y, "logit_adjust")  # every image equally often
+    if "crt" in stages:
+        scores["crt"] = _scores(linear(train_x, train_y, "crt"), x_val)
+    if "tau_norm" in stages:
+        fit_idx, held = held_out_split(train_y, d["held_out_fraction"], seed)
+        weight = linear(train_x[fit_idx], train_y[fit_idx], "tau_norm").weight.detach()
+        taus = tau_grid(d["tau_max"], d["tau_steps"])
+        tau, _ = choose_tau(train_x[held], train_y[held], weight, taus)
+        scores["tau_norm"] = tau_norm_scores(x_val, weight, tau)
+        extra["tau_norm"].update(
+            {"linear_tau_norm_tau": tau, "linear_tau_norm_held_out": int(held.numel())}
+        )
+    if "lws" in stages:
+        lws = fit(ScaledLinear(copy.deepcopy(instance).train()), train_x, train_y, "lws")
+        scores["lws"] = _scores(lws, x_val)
+    if "logit_adjust" in stages:
+        tau = d["logit_adjust_tau"]
+        logits = _scores(instance, x_val)
+        scores["logit_adjust"] = logit_adjusted_scores(logits, class_counts, tau)
+        extra["logit_adjust"]["linear_logit_adjust_tau"] = tau
+    return {stage: scores[stage].float() for stage in stages}, extra
+
+
+def _scores(head: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    with torch.no_grad():
+        return head.eval()(x)
+
+
+def report_stages(
+    stages: Sequence[str],
+    options: Mapping[str, Any],
+    feats: Mapping[str, Any],
+    data: Any,
+    seed: int,
+    device: torch.device | str,
+    out_dir: Any,
+    first: bool = True,
+) -> dict[str, Any]:
+    """:func:`run_stages` on ``feats`` (:func:`solo_ext.eval.common.split_features`'s), each
+    stage reported under ``linear_<stage>_`` (printed, and with ``out_dir`` written: per-class
+    files and ``metrics.json``) by the ``first`` process; the others return no keys."""
+    from solo_ext.data.datasets import train_class_counts
+    from solo_ext.eval.common import report
+
+    counts = train_class_counts(feats["train"])
+    scores, extra = run_stages(stages, options, feats, counts, seed, device)
+    if not first:
+        return {}
+    metrics: dict[str, Any] = {}
+    for stage in stages:
+        metrics.update(
+            report(
+                scores[stage],
+                feats["val_y"],
+                feats["train"],
+                data,
+                f"linear_{stage}_",
+                out_dir,
+                extra[stage],
+                f"classifier stage {stage}",
+            )  # fmt: skip
+        )
+    return metrics

@@ -84,6 +84,7 @@ def _check_solo_ext_keys(cfg: Any, module: ModuleType) -> dict[str, Any] | None:
         fill_classifier_stage(cfg)
         if OmegaConf.select(cfg, "data.sampler") is None and stage_data_long_tailed(cfg):
             OmegaConf.update(cfg, "data.sampler", {"name": LONG_TAIL_SAMPLER}, force_add=True)
+        _decoupled_stages(cfg)
     if parsed.uses_solo_ext(cfg):  # (a config of solo-learn's alone is left to its own checks)
         from solo_ext.config import CORE_RUN_OPTIONS
         from solo_ext.data.options import check_dali_keys
@@ -116,6 +117,37 @@ def _check_solo_ext_keys(cfg: Any, module: ModuleType) -> dict[str, Any] | None:
         # solo-learn's parse_cfg reads the class count of a known name from this table
         module._N_CLASSES_PER_DATASET[dataset] = cfg.data.num_classes
     return sampler
+
+
+def _decoupled_stages(cfg: Any) -> None:
+    """main_linear.py's ``classifier_stage`` and ``decoupled`` keys, checked (one line naming key
+    and value) and, when a decoupled stage is named, filled with solo-ext-linear's defaults: the
+    model runs those stages on features extracted once before its own training
+    (:mod:`solo_ext.solo_learn.linear_model`); its own linear classifier trains either way."""
+    from solo_ext.common import did_you_mean
+    from solo_ext.config import ConfigError, check_options, fill_options, select
+    from solo_ext.eval.options import DECOUPLED_OPTIONS, DECOUPLED_STAGES, stages_of
+
+    section = select(cfg, "decoupled")
+    for key in section or {}:
+        if f"decoupled.{key}" not in DECOUPLED_OPTIONS:
+            known = [k.removeprefix("decoupled.") for k in DECOUPLED_OPTIONS if "." in k]
+            raise ConfigError(
+                f"decoupled.{key}={section[key]!r}: unknown key{did_you_mean(str(key), known)}; "
+                f"valid keys: {sorted(known)}"
+            )
+    check_options(cfg, DECOUPLED_OPTIONS)
+    if select(cfg, "classifier_stage") is None:
+        return
+    stages = [s for s in stages_of(cfg.classifier_stage) if s in DECOUPLED_STAGES]
+    if not stages:
+        return
+    fill_options(cfg, DECOUPLED_OPTIONS)
+    announce(
+        f"classifier_stage: {', '.join(stages)} on the frozen backbone's features (extracted "
+        "once, before main_linear.py trains its own linear classifier, which it reports as "
+        "val_acc1); their linear_<stage>_* keys go into metrics.json beside the checkpoint"
+    )
 
 
 def _check_method_kwargs(cfg: Any) -> None:

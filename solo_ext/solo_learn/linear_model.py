@@ -1,6 +1,7 @@
-"""``solo.methods.linear``: ``main_linear.py``'s model takes the classifier stage's keys, and on a
-long-tailed dataset also logs the validation top-1 of the Many / Medium / Few classes
-(``val_acc1_many``, ...).
+"""``solo.methods.linear``: ``main_linear.py``'s model takes the classifier stage's keys, runs
+``classifier_stage``'s decoupled stages (cRT, tau-norm, LWS, logit adjustment) before its own
+training, and on a long-tailed dataset also logs the validation top-1 of the Many / Medium / Few
+classes (``val_acc1_many``, ...).
 """
 
 from __future__ import annotations
@@ -13,6 +14,20 @@ from solo_ext.solo_learn.check import method_of
 
 # the names of the solo-learn module this patch needs (checked before it applies)
 NEEDS = (method_of("LinearModel", "validation_step", "on_validation_epoch_end"),)
+
+
+def _decoupled_stages() -> list[str]:
+    """The decoupled stages main_linear.py's ``classifier_stage`` names (none outside a run
+    parsed by the bridge)."""
+    from omegaconf import OmegaConf
+
+    from solo_ext.eval.options import DECOUPLED_STAGES, stages_of
+
+    cfg = None if parsed.RUN is None else parsed.RUN.cfg
+    value = None if cfg is None else OmegaConf.select(cfg, "classifier_stage", default=None)
+    if value is None:
+        return []
+    return [s for s in stages_of(value) if s in DECOUPLED_STAGES]
 
 
 def apply(module: ModuleType) -> None:
@@ -41,6 +56,41 @@ def apply(module: ModuleType) -> None:
                 )
                 self._last_logits = None
                 self.classifier.register_forward_hook(self._keep_logits)
+
+        def setup(self, stage: str) -> None:
+            """``classifier_stage``'s decoupled stages, before the training (and before a
+            resumed run's checkpoint is restored): on the pretrained backbone's features of the
+            training and validation splits (extracted once, eval mode, main_linear.py's 224 px
+            validation crop), as ``solo-ext-linear`` runs them; every process computes the
+            same numbers, the first reports them (printed, logged, in ``metrics.json`` beside
+            the checkpoint)."""
+            super().setup(stage)
+            stages = _decoupled_stages()
+            if stage != "fit" or not stages:
+                return
+            self._decoupled(stages)
+
+        def _decoupled(self, stages: list[str]) -> None:
+            from pathlib import Path
+
+            from omegaconf import OmegaConf
+
+            from solo_ext.eval.common import split_features
+            from solo_ext.eval.decoupled import report_stages
+
+            cfg = parsed.RUN.cfg
+            device = self.trainer.strategy.root_device
+            feats = split_features(self.backbone, OmegaConf.create({"data": cfg.data}),
+                                   device=device, crop=224)  # fmt: skip
+            first = self.trainer.is_global_zero
+            out_dir = Path(str(cfg.pretrained_feature_extractor)).parent
+            options = OmegaConf.to_container(cfg.decoupled)
+            metrics = report_stages(
+                stages, options, feats, cfg.data, cfg.seed, device, out_dir, first
+            )
+            numbers = {k: v for k, v in metrics.items() if isinstance(v, (int, float))}
+            if first and self.trainer.logger is not None:
+                self.trainer.logger.log_metrics(numbers, step=0)
 
         def _keep_logits(self, _module, _inputs, logits) -> None:
             self._last_logits = logits

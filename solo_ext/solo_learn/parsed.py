@@ -77,6 +77,8 @@ def uses_solo_ext(cfg: Any) -> bool:
         or OmegaConf.select(cfg, "data.dataset", default=None) in SOLO_EXT_ONLY
         or given("data.sampler")
         or any(given(key) for key in CLASSIFIER_STAGE_OPTIONS)
+        or given("classifier_stage")
+        or given("decoupled")
     )
 
 
