@@ -1,10 +1,12 @@
 """Summarises pretraining runs into a markdown table (mean +- std over seeds) and a plot.
 
-    python zoo/summarize.py <checkpoint dir> [--plot zoo/synthetic-lt.png]
+    python zoo/summarize.py <checkpoint dir> [--plot zoo/synthetic-lt.png] [--stages]
 
 Reads ``<dir>/<method>/<run id>/metrics.json`` and ``args.json`` of every run below the
 directory, groups the runs by method, and prints kNN top-1 overall / many / medium / few (and,
-for one-stage methods, the same of their head; for DenseCL its dense probe).
+for one-stage methods, the same of their head; for DenseCL its dense probe). With ``--stages``,
+the classifier stages of ``solo-ext-linear classifier_stage=all`` instead: one row per method and
+stage, then the same per seed (``--plot`` then draws top-1 and few-shot per stage).
 """
 
 from __future__ import annotations
@@ -24,6 +26,15 @@ DENSE_HEADERS = ("dense mIoU", "pixel acc")
 # a one-stage method's reported classifier (PaCo, GPaCo, BCL): its head, trained with the loss
 HEAD_KEYS = ("head_acc1", "head_acc1_many", "head_acc1_medium", "head_acc1_few")
 HEAD_HEADERS = ("head top-1", "head many", "head medium", "head few")
+# solo-ext-linear's classifier stages and the prefix of their metrics.json keys
+STAGES = {
+    "balanced_linear": "linear_",
+    "crt": "linear_crt_",
+    "tau_norm": "linear_tau_norm_",
+    "lws": "linear_lws_",
+    "logit_adjust": "linear_logit_adjust_",
+}
+GROUPS = ("acc1", "acc1_many", "acc1_medium", "acc1_few")
 
 
 def collect(root: Path) -> dict[str, list[dict]]:
@@ -71,11 +82,81 @@ def table(runs: dict[str, list[dict]]) -> str:
             if not values:
                 cells.append("n/a")
                 continue
-            std = statistics.stdev(values) if len(values) > 1 else 0.0
-            cells.append(f"{statistics.mean(values):.1f} ± {std:.1f}")
+            cells.append(mean_std(values))
         seeds = ", ".join(str(r["seed"]) for r in items)
         lines.append(f"| `{method}` | {seeds} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def mean_std(values: list[float]) -> str:
+    std = statistics.stdev(values) if len(values) > 1 else 0.0
+    return f"{statistics.mean(values):.1f} ± {std:.1f}"
+
+
+def stage_table(runs: dict[str, list[dict]]) -> str:
+    """One row per method and classifier stage: top-1 overall / many / medium / few, mean ± std
+    over the runs that have the stage (tau_norm's chosen tau beside it)."""
+    lines = [
+        "| method | stage | seeds | top-1 | many | medium | few | tau |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for method, items in runs.items():
+        for stage, prefix in STAGES.items():
+            have = [r for r in items if r.get(prefix + "acc1") is not None]
+            if not have:
+                continue
+            cells = [mean_std([r[prefix + g] for r in have]) for g in GROUPS]
+            taus = [r.get(prefix + "tau") for r in have]
+            tau = ", ".join(f"{t:g}" for t in taus) if None not in taus else ""
+            seeds = ", ".join(str(r["seed"]) for r in have)
+            lines.append(f"| `{method}` | {stage} | {seeds} | " + " | ".join(cells) + f" | {tau} |")
+    return "\n".join(lines)
+
+
+def stage_seeds(runs: dict[str, list[dict]]) -> str:
+    """Per seed: each stage's top-1 overall / many / medium / few, one column per method."""
+    methods = list(runs)
+    lines = ["| seed | stage | " + " | ".join(methods) + " |", "|---" * (len(methods) + 2) + "|"]
+    seeds = sorted({r["seed"] for items in runs.values() for r in items}, key=str)
+    for seed in seeds:
+        for stage, prefix in STAGES.items():
+            cells = []
+            for method in methods:
+                r = next((r for r in runs[method] if r["seed"] == seed), {})
+                if r.get(prefix + "acc1") is None:
+                    cells.append("")
+                    continue
+                cells.append(" / ".join(f"{r[prefix + g]:.1f}" for g in GROUPS))
+            if any(cells):
+                lines.append(f"| {seed} | {stage} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def plot_stages(runs: dict[str, list[dict]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
+    width = 0.8 / max(len(runs), 1)
+    for ax, group, title in zip(axes, ("acc1", "acc1_few"), ("top-1", "few-shot top-1")):
+        for i, (method, items) in enumerate(runs.items()):
+            means, stds = [], []
+            for prefix in STAGES.values():
+                values = [r[prefix + group] for r in items if r.get(prefix + group) is not None]
+                means.append(statistics.mean(values) if values else 0.0)
+                stds.append(statistics.stdev(values) if len(values) > 1 else 0.0)
+            xs = [g + (i - (len(runs) - 1) / 2) * width for g in range(len(STAGES))]
+            ax.bar(xs, means, width, yerr=stds, capsize=3, label=method)
+        ax.set_xticks(range(len(STAGES)), list(STAGES), rotation=20)
+        ax.set_title(f"classifier stages: {title}, mean ± std over seeds")
+        ax.set_ylim(0, 100)
+    axes[0].set_ylabel("accuracy (%)")
+    axes[0].legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
 
 
 def plot(runs: dict[str, list[dict]], path: Path) -> None:
@@ -106,8 +187,18 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("root", type=Path)
     p.add_argument("--plot", type=Path)
+    p.add_argument("--stages", action="store_true", help="the classifier stages' table")
     args = p.parse_args()
     runs = collect(args.root)
+    if args.stages:
+        print(stage_table(runs))
+        print()
+        print(stage_seeds(runs))
+        print()
+        print(environments(runs))
+        if args.plot:
+            plot_stages(runs, args.plot)
+        return
     print(table(runs))
     print()
     print(environments(runs))

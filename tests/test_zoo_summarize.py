@@ -1,0 +1,93 @@
+"""zoo/summarize.py's classifier-stage tables: every stage of every method, mean and sample
+standard deviation over the runs that have it, and the per-seed cells from the runs' files."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+from pathlib import Path
+
+ZOO = Path(__file__).resolve().parents[1] / "zoo" / "summarize.py"
+
+
+def load():
+    spec = importlib.util.spec_from_file_location("zoo_summarize", ZOO)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def write_run(root: Path, method: str, seed: int, metrics: dict) -> None:
+    run = root / method / f"run{seed}"
+    run.mkdir(parents=True)
+    (run / "args.json").write_text(json.dumps({"method": method, "seed": seed}))
+    (run / "metrics.json").write_text(json.dumps(metrics))
+
+
+def stage_metrics(prefix: str, base: float) -> dict:
+    return {
+        f"{prefix}acc1": base,
+        f"{prefix}acc1_many": base + 10,
+        f"{prefix}acc1_medium": base + 5,
+        f"{prefix}acc1_few": base - 20,
+    }
+
+
+def test_the_stage_table_gives_each_stage_its_mean_and_spread_and_each_seed_its_cells(tmp_path):
+    summarize = load()
+    write_run(
+        tmp_path,
+        "dscl",
+        0,
+        {
+            **stage_metrics("linear_", 60.0),
+            **stage_metrics("linear_crt_", 70.0),
+            "linear_tau_norm_tau": 0.7,
+            **stage_metrics("linear_tau_norm_", 50.0),
+        },
+    )
+    write_run(
+        tmp_path,
+        "dscl",
+        1,
+        {
+            **stage_metrics("linear_", 64.0),
+            **stage_metrics("linear_crt_", 71.0),
+            "linear_tau_norm_tau": 1.1,
+            **stage_metrics("linear_tau_norm_", 54.0),
+        },
+    )
+    write_run(tmp_path, "scl", 0, stage_metrics("linear_lws_", 40.0))
+    runs = summarize.collect(tmp_path)
+    rows = {
+        tuple(c.strip() for c in line.split("|")[1:3]): [c.strip() for c in line.split("|")[3:-1]]
+        for line in summarize.stage_table(runs).splitlines()[2:]
+    }
+    # the sample standard deviation of two values a, b is |a - b| / sqrt(2)
+    assert rows[("`dscl`", "balanced_linear")][:2] == ["0, 1", f"62.0 ± {4 / math.sqrt(2):.1f}"]
+    assert rows[("`dscl`", "crt")][1:5] == [
+        f"{m} ± {1 / math.sqrt(2):.1f}" for m in (70.5, 80.5, 75.5, 50.5)
+    ]
+    assert rows[("`dscl`", "tau_norm")][-1] == "0.7, 1.1"
+    assert rows[("`scl`", "lws")] == [
+        "0",
+        "40.0 ± 0.0",
+        "50.0 ± 0.0",
+        "45.0 ± 0.0",
+        "20.0 ± 0.0",
+        "",
+    ]
+    # stages a method's runs do not have get no row
+    assert set(rows) == {
+        ("`dscl`", "balanced_linear"),
+        ("`dscl`", "crt"),
+        ("`dscl`", "tau_norm"),
+        ("`scl`", "lws"),
+    }
+    per_seed = summarize.stage_seeds(runs).splitlines()
+    assert per_seed[0] == "| seed | stage | dscl | scl |"
+    assert "| 1 | tau_norm | 54.0 / 64.0 / 59.0 / 34.0 |  |" in per_seed
+    assert "| 0 | lws |  | 40.0 / 50.0 / 45.0 / 20.0 |" in per_seed
+    summarize.plot_stages(runs, tmp_path / "stages.png")
+    assert (tmp_path / "stages.png").stat().st_size > 0
