@@ -138,18 +138,24 @@ def plot_stages(runs: dict[str, list[dict]], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    # the stages some run has (a run of the decoupled stages alone has no balanced_linear)
+    stages = {
+        stage: prefix
+        for stage, prefix in STAGES.items()
+        if any(r.get(prefix + "acc1") is not None for items in runs.values() for r in items)
+    }
     fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
     width = 0.8 / max(len(runs), 1)
     for ax, group, title in zip(axes, ("acc1", "acc1_few"), ("top-1", "few-shot top-1")):
         for i, (method, items) in enumerate(runs.items()):
             means, stds = [], []
-            for prefix in STAGES.values():
+            for prefix in stages.values():
                 values = [r[prefix + group] for r in items if r.get(prefix + group) is not None]
                 means.append(statistics.mean(values) if values else 0.0)
                 stds.append(statistics.stdev(values) if len(values) > 1 else 0.0)
-            xs = [g + (i - (len(runs) - 1) / 2) * width for g in range(len(STAGES))]
+            xs = [g + (i - (len(runs) - 1) / 2) * width for g in range(len(stages))]
             ax.bar(xs, means, width, yerr=stds, capsize=3, label=method)
-        ax.set_xticks(range(len(STAGES)), list(STAGES), rotation=20)
+        ax.set_xticks(range(len(stages)), list(stages), rotation=20)
         ax.set_title(f"classifier stages: {title}, mean ± std over seeds")
         ax.set_ylim(0, 100)
     axes[0].set_ylabel("accuracy (%)")
