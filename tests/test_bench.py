@@ -58,10 +58,14 @@ def test_tiny_run_prints_and_writes_every_row(tmp_path, capsys):
             assert r["ratio_vs_reference"] == pytest.approx(want, rel=1e-9), r
             want = r["gflops"] / ref["gflops"]
             assert r["flops_ratio_vs_reference"] == pytest.approx(want, rel=1e-9), r
-            # two views of B images per step (B=4 in --tiny)
+            # the operators one step dispatched: hundreds (a backbone's layers, forward and
+            # backward), and their ratio over the reference's
+            assert r["ops"] > 100, r
+            assert r["ops_ratio_vs_reference"] == r["ops"] / ref["ops"], r
+            # B training images per step, each in all its views (B=4 in --tiny)
             batch = int(r["shape"].rsplit(" B=", 1)[1])
             assert batch == 4
-            assert r["images_per_s"] == pytest.approx(2 * batch / r["median_s"], rel=1e-9), r
+            assert r["images_per_s"] == pytest.approx(batch / r["median_s"], rel=1e-9), r
     scl = next(r for r in steps if r["candidate"] == "scl")
     dscl = next(r for r in steps if r["candidate"] == "dscl")
     assert dscl["reference"] == scl["reference"] == "scl"
@@ -75,6 +79,35 @@ def test_tiny_run_prints_and_writes_every_row(tmp_path, capsys):
     printed = capsys.readouterr().out
     assert "| kernel | dscl loss |" in printed and "x scl |" in printed
     assert "(1.000x) |" in printed
+
+
+def test_a_run_stopped_half_way_keeps_the_pairs_it_finished(tmp_path, monkeypatch):
+    """--json is rewritten after every finished pair: a run killed by a time limit keeps the
+    pairs measured before, each with its ratios; the pair that was cut short is not there."""
+    import solo_ext.bench.steps as steps
+    from solo_ext.bench.timing import Measurement
+
+    times = {"dscl": [2.0, 4.0, 3.0], "scl": [1.0, 2.0, 1.5]}
+    flops = {"dscl": 10**9, "scl": 2 * 10**9}
+
+    def fake_time_steps(cfg, n, warmup, device, count_flops=False):
+        if cfg.method == "pbsd":
+            raise KeyboardInterrupt  # the time limit, during the second pair
+        return Measurement(
+            list(times[cfg.method]), None, flops[cfg.method] if count_flops else None
+        )
+
+    monkeypatch.setattr(steps, "time_steps", fake_time_steps)
+    out = tmp_path / "bench.json"
+    with pytest.raises(KeyboardInterrupt):
+        main(["--tiny", "--what", "steps", "--pairs", "dscl", "pbsd", "--json", str(out)])
+    rows = {(r["name"], r["candidate"]): r for r in json.loads(out.read_text())["rows"]}
+    # (solo-learn's peer pairs, on its host, come after every pair of solo-ext's own)
+    assert set(rows) == {("dscl vs scl", "dscl"), ("dscl vs scl", "scl")}
+    dscl, scl = rows[("dscl vs scl", "dscl")], rows[("dscl vs scl", "scl")]
+    assert dscl["median_s"] == 3.0 and scl["median_s"] == 1.5
+    assert dscl["ratio_vs_reference"] == 2.0 and dscl["flops_ratio_vs_reference"] == 0.5
+    assert dscl["images_per_s"] == 4 / 3.0  # --tiny's batch of 4 over the median step
 
 
 def test_peer_pairs_against_solo_learns_own_methods(tmp_path):

@@ -19,6 +19,7 @@ import json
 import os
 import platform
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -46,9 +47,18 @@ def machine(device: torch.device) -> dict[str, Any]:
     return info
 
 
-def kernel_rows(names: list[str], sizes: str, device: torch.device, warmup: int, repeats: int):
+def kernel_rows(
+    names: list[str],
+    sizes: str,
+    device: torch.device,
+    warmup: int,
+    repeats: int,
+    done: Callable[[list[dict]], None] | None = None,
+):
+    """The rows of every kernel; ``done`` is given each kernel's rows as soon as they exist."""
     rows = []
     for name in names:
+        first = len(rows)
         kernel = K.KERNELS[name](K.SIZES[sizes][name], device)
         results = measure(kernel.candidates, device, warmup=warmup, repeats=repeats)
         for candidate, res in results.items():
@@ -66,6 +76,8 @@ def kernel_rows(names: list[str], sizes: str, device: torch.device, warmup: int,
                     "ratio_vs_straightforward": res.median / results["straightforward"].median,
                 }
             )
+        if done is not None:
+            done(rows[first:])
     return rows
 
 
@@ -77,13 +89,15 @@ def add_step_ratios(rows: list[dict]) -> None:
         r["ratio_vs_reference"] = r["median_s"] / ref["median_s"]
         if r.get("gflops") and ref.get("gflops"):
             r["flops_ratio_vs_reference"] = r["gflops"] / ref["gflops"]
+        if r.get("ops") and ref.get("ops"):
+            r["ops_ratio_vs_reference"] = r["ops"] / ref["ops"]
 
 
 def format_table(rows: list[dict]) -> str:
     lines = [
         "| kind | benchmark | shape | candidate | median ms | IQR ms | ratio | GFLOP (ratio) "
-        "| peak MiB | images/s |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| operators (ratio) | peak MiB | images/s |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         if r["kind"] == "kernel":
@@ -100,11 +114,14 @@ def format_table(rows: list[dict]) -> str:
             flops = f"{r['gflops']:.1f}"
             if "flops_ratio_vs_reference" in r:
                 flops += f" ({r['flops_ratio_vs_reference']:.3f}x)"
+        ops = "n/a" if r.get("ops") is None else str(r["ops"])
+        if "ops_ratio_vs_reference" in r:
+            ops += f" ({r['ops_ratio_vs_reference']:.3f}x)"
         iqr = f"{1000 * r['q1_s']:.1f}-{1000 * r['q3_s']:.1f}"
         rate = "n/a" if r.get("images_per_s") is None else f"{r['images_per_s']:.0f}"
         lines.append(
             f"| {r['kind']} | {r['name']} | {r['shape']} | {r['candidate']} "
-            f"| {1000 * r['median_s']:.1f} | {iqr} | {ratio} | {flops} | {peak} | {rate} |"
+            f"| {1000 * r['median_s']:.1f} | {iqr} | {ratio} | {flops} | {ops} | {peak} | {rate} |"
         )
     return "\n".join(lines)
 
@@ -232,13 +249,29 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if args.what in ("steps", "all"):
         check_step_args(p, args, device.type)
 
+    result = {"machine": machine(device), "args": {k: str(v) for k, v in vars(args).items()}}
     rows: list[dict] = []
+    result["rows"] = rows
+
+    def keep(new_rows: list[dict]) -> None:
+        """Adds finished rows and rewrites ``--json``: a run stopped half-way (a time limit, a
+        fault) keeps every kernel and pair it finished."""
+        rows.extend(new_rows)
+        if args.json:
+            args.json.parent.mkdir(parents=True, exist_ok=True)
+            args.json.write_text(json.dumps(result, indent=2))
+
+    keep([])  # a bad --json path stops the run before anything is measured
     if args.what in ("kernels", "all"):
-        rows += kernel_rows(args.kernels, args.sizes, device, args.warmup, args.repeats)
+        kernel_rows(args.kernels, args.sizes, device, args.warmup, args.repeats, done=keep)
     if args.what in ("steps", "all"):
         from solo_ext.bench.steps import measure_pairs
 
-        step_rows = measure_pairs(
+        def keep_pair(pair_rows: list[dict]) -> None:
+            add_step_ratios(pair_rows)
+            keep(pair_rows)
+
+        measure_pairs(
             device,
             args.batch_size,
             args.steps,
@@ -248,18 +281,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             args.pairs,
             args.backbone,
             args.crop_size,
+            done=keep_pair,
         )
-        add_step_ratios(step_rows)
-        rows += step_rows
     if args.what in ("loaders", "all"):
-        rows += loader_rows(args, device)
-    result = {"machine": machine(device), "args": {k: str(v) for k, v in vars(args).items()}}
-    result["rows"] = rows
+        keep(loader_rows(args, device))
     print(f"machine: {json.dumps(result['machine'])}")
     print(format_table(rows))
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(result, indent=2))
     return result
 
 

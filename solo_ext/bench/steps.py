@@ -8,7 +8,8 @@ each method, then again), so that drifts of the machine hit every method alike.
 Each fit's last step (never timed) also runs under ``torch.utils.flop_counter``: the FLOPs of
 its matmuls, convolutions and attention, forward and backward. Their ratio is what the method
 costs by its arithmetic, whatever the machine; the time ratio over it is the implementation's
-overhead.
+overhead. The same step counts the operators it dispatches: where the device outruns the host
+(a GPU at a small batch) the time follows their number, not the FLOPs.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 import logging
 import time
 import warnings
+from collections.abc import Callable
 from typing import Any
 
 import lightning.pytorch as pl
@@ -24,7 +26,7 @@ from omegaconf import DictConfig, OmegaConf
 from torch.utils.data import DataLoader
 from torch.utils.flop_counter import FlopCounterMode
 
-from solo_ext.bench.timing import Measurement
+from solo_ext.bench.timing import Measurement, OperatorCount
 from solo_ext.host import HOST, METHODS
 
 # (method, baseline) -> the label of each and its method_kwargs over the published defaults
@@ -146,8 +148,9 @@ def step_cfg(
 
 
 class _StepClock(pl.Callback):
-    """The start time of every step; the FLOPs of step ``count_flops_at`` (one whole step:
-    forward, backward and optimiser, counted at the dispatcher)."""
+    """The start time of every step; the FLOPs and the operators dispatched of step
+    ``count_flops_at`` (one whole step: forward, backward and optimiser, counted at the
+    dispatcher)."""
 
     def __init__(self, device: torch.device, count_flops_at: int | None = None):
         self.device = device
@@ -155,6 +158,8 @@ class _StepClock(pl.Callback):
         self.count_flops_at = count_flops_at
         self.counter: FlopCounterMode | None = None
         self.flops: int | None = None
+        self.ops: int | None = None
+        self.op_counter: OperatorCount | None = None
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
         if self.device.type == "cuda":
@@ -163,9 +168,13 @@ class _StepClock(pl.Callback):
         if batch_idx == self.count_flops_at:
             self.counter = FlopCounterMode(display=False)
             self.counter.__enter__()
+            self.op_counter = OperatorCount()
+            self.op_counter.__enter__()
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         if self.counter is not None:
+            self.op_counter.__exit__(None, None, None)
+            self.ops, self.op_counter = self.op_counter.count, None
             self.counter.__exit__(None, None, None)
             self.flops, self.counter = self.counter.get_total_flops(), None
 
@@ -231,7 +240,7 @@ def _time_steps(
     trainer.fit(model, _batches(warmup + steps + 1, cfg))
     intervals = [b - a for a, b in zip(clock.starts, clock.starts[1:])][warmup:]
     peak = torch.cuda.max_memory_allocated(device) / 2**20 if device.type == "cuda" else None
-    return Measurement(intervals, peak, clock.flops)
+    return Measurement(intervals, peak, clock.flops, clock.ops)
 
 
 def measure_pairs(
@@ -244,9 +253,12 @@ def measure_pairs(
     only: list[str] | None = None,
     backbone: str = "resnet18",
     crop_size: int = 32,
+    done: Callable[[list[dict[str, Any]]], None] | None = None,
 ) -> list[dict[str, Any]]:
     """Rows ``{name, candidate, reference, median_s, q1_s, q3_s, gflops, peak_mib, ...}`` for
-    every pair (or the pairs whose method or label is in ``only``)."""
+    every pair (or the pairs whose method or label is in ``only``); ``done`` is given each
+    pair's two rows as soon as they are measured. ``images_per_s`` counts training images
+    (each in all its views) per second: the batch over a step's time."""
     shape = dict(backbone=backbone, crop_size=crop_size)
     rows = []
     for (name, method, kwargs), (base_name, base_method, base_kwargs) in pairs():
@@ -262,8 +274,10 @@ def measure_pairs(
                 got = time_steps(cfg.copy(), steps, warmup, device, count_flops=r == 0)
                 results[label].seconds += got.seconds
                 results[label].flops = results[label].flops or got.flops
+                results[label].ops = results[label].ops or got.ops
                 if got.peak_mib is not None:
                     results[label].peak_mib = max(results[label].peak_mib or 0.0, got.peak_mib)
+        first = len(rows)
         for label, res in results.items():
             rows.append(
                 {
@@ -276,8 +290,11 @@ def measure_pairs(
                     "q1_s": res.quartiles[0],
                     "q3_s": res.quartiles[1],
                     "gflops": res.flops / 1e9 if res.flops is not None else None,
+                    "ops": res.ops,
                     "peak_mib": res.peak_mib,
-                    "images_per_s": 2 * batch_size / res.median,
+                    "images_per_s": batch_size / res.median,
                 }
             )
+        if done is not None:
+            done(rows[first:])
     return rows

@@ -18,11 +18,12 @@ from torch.utils._pytree import tree_leaves
 class Measurement:
     """Seconds per call (one per round), the peak memory above the start in MiB (on CPU: of
     the tensors the call allocates; None for CPU training steps) and, for training steps, the
-    FLOPs of one step."""
+    FLOPs and the operators dispatched of one step."""
 
     seconds: list[float] = field(default_factory=list)
     peak_mib: float | None = None
     flops: int | None = None
+    ops: int | None = None
 
     @property
     def median(self) -> float:
@@ -35,6 +36,19 @@ class Measurement:
             return self.seconds[0], self.seconds[0]
         q1, _, q3 = statistics.quantiles(self.seconds, n=4, method="inclusive")
         return q1, q3
+
+
+class OperatorCount(TorchDispatchMode):
+    """While active, the number of operators dispatched (views included): what a step costs the
+    host, which bounds it where the device is fast and the batch small."""
+
+    def __init__(self):
+        super().__init__()
+        self.count = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.count += 1
+        return func(*args, **(kwargs or {}))
 
 
 class _PeakBytes(TorchDispatchMode):
