@@ -107,3 +107,43 @@ def test_a_layer_called_before_in_the_step_still_backpropagates():
         torch.testing.assert_close(p.grad, p_ref.grad, rtol=1e-8, atol=1e-9)
     for b_ref, b in zip(ref.buffers(), net.buffers()):
         torch.testing.assert_close(b, b_ref, rtol=1e-9, atol=1e-9)
+
+
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_calls_in_a_row_and_another_number_of_batches(channels_last):
+    """Each layer keeps its scratch statistics between calls: what an earlier call (another
+    number of batches, another step) left there changes nothing, and the outputs keep the
+    input's memory format (no copy back to channels-last)."""
+    ref, net = network(channels_last), network(channels_last)
+    for step, num in enumerate((5, 5, 3, 5)):
+        x = torch.randn(4, num, 3, 9, 9, dtype=torch.float64) * (1 + step) - step
+        out_ref, out = per_batch(ref, x), grouped(net, x)
+        torch.testing.assert_close(out, out_ref, rtol=1e-9, atol=1e-9)
+        for b_ref, b in zip(ref.buffers(), net.buffers()):
+            torch.testing.assert_close(b, b_ref, rtol=1e-9, atol=1e-9)
+    with grouped_batch_norm([net], 5):
+        flat = x.transpose(0, 1).flatten(0, 1)
+        if channels_last:
+            flat = flat.contiguous(memory_format=torch.channels_last)
+        fmap = net[:3](flat)
+    assert fmap.is_contiguous(
+        memory_format=torch.channels_last if channels_last else torch.contiguous_format
+    )
+    assert int(net[1].num_batches_tracked) == 18 + 5  # the four calls, then the last one
+
+
+def test_the_operators_a_grouped_call_dispatches_do_not_grow_with_the_number_of_batches():
+    """On a GPU a small batch's step is bound by the kernels it launches: the L momentum steps
+    are one matrix-vector product a statistic, not L updates, so a grouped forward and backward
+    dispatch as many operators for 8 batches as for 2."""
+    from solo_ext.bench.timing import OperatorCount
+
+    def operators(num: int) -> int:
+        net = network(channels_last=True)
+        x = torch.randn(4, num, 3, 9, 9, dtype=torch.float64)
+        grouped(net, x)  # the first call makes the layers' scratch statistics
+        with OperatorCount() as count:
+            grouped(net, x).sum().backward()
+        return count.count
+
+    assert operators(8) == operators(2)
