@@ -49,6 +49,11 @@ def outcomes(hook: bool) -> dict[str, str]:
         if match:
             found[match.group(2)] = match.group(1).lower()
     assert found, f"no outcome read from solo-learn's tests:\n{run.stdout[-2000:]}{run.stderr}"
+    # a collection error (a package solo-learn's tests import is missing) stops pytest before any
+    # test runs: both runs would then agree on that one error and compare nothing
+    tail = run.stdout[-2000:]
+    assert "Interrupted" not in run.stdout, f"solo-learn's tests did not run:\n{tail}"
+    assert "passed" in found.values(), f"none of solo-learn's tests passed:\n{tail}"
     return found
 
 
