@@ -70,8 +70,7 @@ class _GroupedBatchNorm(torch.autograd.Function):
     def backward(ctx, grad):
         xs, w, save_mean, save_invstd = ctx.saved_tensors
         groups, c, last = ctx.groups, ctx.c, ctx.last
-        fmt = torch.channels_last if last else torch.contiguous_format
-        gs = _grouped(grad.contiguous(memory_format=fmt), groups, last)
+        gs = _grouped(grad, groups, last)
         mask = [
             ctx.needs_input_grad[0],
             ctx.affine[0] and ctx.needs_input_grad[1],
@@ -87,23 +86,25 @@ class _GroupedBatchNorm(torch.autograd.Function):
 
 
 def _grouped(x: torch.Tensor, groups: int, last: bool) -> torch.Tensor:
-    """[L * B, C, ...] -> [B, L * C, ...], one statistic per (batch, channel): one copy, into
-    the input's memory format."""
+    """[L * B, C, ...] -> [B, L * C, ...], one statistic per (batch, channel)."""
     n, c, *spatial = x.shape
-    b = n // groups
-    fmt = torch.channels_last if last else torch.contiguous_format
-    xs = torch.empty((b, groups * c, *spatial), dtype=x.dtype, device=x.device, memory_format=fmt)
-    xs.view(b, groups, c, *spatial).copy_(x.view(groups, b, c, *spatial).transpose(0, 1))
-    return xs
+    return _swap(x, groups, n // groups, c, (n // groups, groups * c, *spatial), last)
 
 
 def _ungrouped(y: torch.Tensor, groups: int, c: int, last: bool) -> torch.Tensor:
-    """The inverse of :func:`_grouped`: one copy into a new tensor (not a view, so that an
-    in-place ReLU may follow) in the input's memory format."""
+    """The inverse of :func:`_grouped`."""
     b, _, *spatial = y.shape
+    return _swap(y, b, groups, c, (b * groups, c, *spatial), last)
+
+
+def _swap(t: torch.Tensor, outer: int, inner: int, c: int, shape: tuple, last: bool):
+    """``t`` seen as [outer, inner, C, ...] with its first two axes swapped, copied once into a
+    new tensor of ``shape`` (not a view, so that an in-place ReLU may follow) in the input's
+    memory format; ``t`` may have any strides."""
+    spatial = t.shape[2:]
     fmt = torch.channels_last if last else torch.contiguous_format
-    out = torch.empty((b * groups, c, *spatial), dtype=y.dtype, device=y.device, memory_format=fmt)
-    out.view(groups, b, c, *spatial).copy_(y.view(b, groups, c, *spatial).transpose(0, 1))
+    out = torch.empty(shape, dtype=t.dtype, device=t.device, memory_format=fmt)
+    out.view(inner, outer, c, *spatial).copy_(t.view(outer, inner, c, *spatial).transpose(0, 1))
     return out
 
 
@@ -114,7 +115,7 @@ def _channels_last(x: torch.Tensor) -> bool:
 def _batch_stats(
     bn: nn.modules.batchnorm._BatchNorm, size: int, device: torch.device
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """The layer's scratch mean and variance for ``F.batch_norm`` to write the batch statistics
+    """The layer's scratch mean and variance for ``native_batch_norm`` to write the batch statistics
     into: kept on the layer between calls (not a buffer: no checkpoint holds it), finite, and
     so overwritten exactly under momentum 1."""
     dtype = bn.running_mean.dtype
