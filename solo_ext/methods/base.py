@@ -37,6 +37,7 @@ from solo_ext.host import (
 )
 from solo_ext.methods.schedules import SCHEDULES, check_schedule, warmup_step
 from solo_ext.modules import build_mlp
+from solo_ext.modules.cpu_memory import keep_freed_cpu_memory
 from solo_ext.modules.feature_maps import feature_map, last_feature_map
 from solo_ext.modules.queue import KeyQueue, LabeledQueue
 
@@ -225,6 +226,13 @@ class SoloExtMethod:
                 omegaconf_select(self.cfg, "data.many_threshold", MANY_THRESHOLD),
                 omegaconf_select(self.cfg, "data.few_threshold", FEW_THRESHOLD),
             )
+
+    def on_fit_start(self) -> None:
+        """On CPU, freed activations stay in the process for the next step
+        (:func:`keep_freed_cpu_memory`: no page faults for blocks above glibc's mmap threshold)."""
+        super().on_fit_start()
+        if self.device.type == "cpu":
+            keep_freed_cpu_memory()
 
     def check_finite(self, terms: dict[str, torch.Tensor]) -> None:
         """Stops the run when a loss term is NaN or infinite, naming it, before the backward
