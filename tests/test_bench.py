@@ -66,6 +66,15 @@ def test_tiny_run_prints_and_writes_every_row(tmp_path, capsys):
             batch = int(r["shape"].rsplit(" B=", 1)[1])
             assert batch == 4
             assert r["images_per_s"] == pytest.approx(batch / r["median_s"], rel=1e-9), r
+            # by kind: the counted FLOPs add up to the step's; on CPU each kind was profiled
+            assert sum(r["kind_gflops"].values()) == pytest.approx(r["gflops"], rel=1e-9), r
+            kinds = {"aten::convolution", "aten::convolution_backward"}
+            assert kinds <= set(r["kind_gflops"]) and kinds <= set(r["kind_seconds"]), r
+            assert all(sec > 0 for sec in r["kind_seconds"].values()), r
+            if r["candidate"] == r["reference"]:
+                assert r["flops_ratio_at_reference_rates"] == pytest.approx(1.0, rel=1e-9)
+            else:
+                assert r["flops_ratio_at_reference_rates"] > 0, r
     scl = next(r for r in steps if r["candidate"] == "scl")
     dscl = next(r for r in steps if r["candidate"] == "dscl")
     assert dscl["reference"] == scl["reference"] == "scl"
@@ -90,7 +99,7 @@ def test_a_run_stopped_half_way_keeps_the_pairs_it_finished(tmp_path, monkeypatc
     times = {"dscl": [2.0, 4.0, 3.0], "scl": [1.0, 2.0, 1.5]}
     flops = {"dscl": 10**9, "scl": 2 * 10**9}
 
-    def fake_time_steps(cfg, n, warmup, device, count_flops=False):
+    def fake_time_steps(cfg, n, warmup, device, count_flops=False, profile=False):
         if cfg.method == "pbsd":
             raise KeyboardInterrupt  # the time limit, during the second pair
         return Measurement(
@@ -108,6 +117,39 @@ def test_a_run_stopped_half_way_keeps_the_pairs_it_finished(tmp_path, monkeypatc
     assert dscl["median_s"] == 3.0 and scl["median_s"] == 1.5
     assert dscl["ratio_vs_reference"] == 2.0 and dscl["flops_ratio_vs_reference"] == 0.5
     assert dscl["images_per_s"] == 4 / 3.0  # --tiny's batch of 4 over the median step
+
+
+def test_flop_ratio_at_the_reference_rates_weights_each_kind_by_its_seconds_per_flop():
+    """The reference spends 1 s per GFLOP of forward convolution and 2 s per GFLOP of backward
+    (and 4 s per GFLOP of matmul); a method with more backward FLOPs costs more than its plain
+    FLOP ratio at those rates. A kind the reference lacks takes the reference's mean rate."""
+    from solo_ext.bench.__main__ import add_step_ratios
+
+    conv, back, mm, bmm = (
+        "aten::convolution",
+        "aten::convolution_backward",
+        "aten::mm",
+        "aten::bmm",
+    )
+    ref = {"name": "m vs r", "candidate": "r", "reference": "r", "median_s": 2.0, "gflops": 16.0}
+    ref["kind_gflops"] = {conv: 10.0, back: 5.0, mm: 1.0}
+    ref["kind_seconds"] = {conv: 10.0, back: 10.0, mm: 4.0}  # 24 s over the counted kinds
+    row = {"name": "m vs r", "candidate": "m", "reference": "r", "median_s": 3.0, "gflops": 28.0}
+    row["kind_gflops"] = {conv: 10.0, back: 15.0, mm: 1.0, bmm: 2.0}
+    same = {"name": "m vs r", "candidate": "s", "reference": "r", "median_s": 1.0}
+    same.update(gflops=32.0, kind_gflops={k: 2 * v for k, v in ref["kind_gflops"].items()})
+    rows = [ref, row, same]
+    add_step_ratios(rows)
+    # 10 x 1 + 15 x 2 + 1 x 4 + 2 x (24 s / 16 GFLOP) = 47 s against the reference's 24 s
+    assert row["flops_ratio_at_reference_rates"] == pytest.approx(47 / 24, rel=1e-12)
+    assert row["flops_ratio_vs_reference"] == pytest.approx(28 / 16, rel=1e-12)
+    # the same mix of kinds, twice over: the plain FLOP ratio
+    assert same["flops_ratio_at_reference_rates"] == pytest.approx(2.0, rel=1e-12)
+    assert ref["flops_ratio_at_reference_rates"] == pytest.approx(1.0, rel=1e-12)
+    # without the reference's profile (a GPU run) there is no such ratio
+    del ref["kind_seconds"], row["flops_ratio_at_reference_rates"]
+    add_step_ratios(rows)
+    assert "flops_ratio_at_reference_rates" not in row
 
 
 def test_peer_pairs_against_solo_learns_own_methods(tmp_path):

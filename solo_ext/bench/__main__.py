@@ -39,6 +39,9 @@ def machine(device: torch.device) -> dict[str, Any]:
         "torch": torch.__version__,
         "device": str(device),
     }
+    from solo_ext.modules.cpu_memory import freed_cpu_memory_kept
+
+    info["keep_freed_cpu_memory"] = freed_cpu_memory_kept()  # glibc's blocks kept for reuse
     if device.type == "cuda":
         info["gpu"] = torch.cuda.get_device_name(device)
     from solo_ext.host import HOST
@@ -91,6 +94,32 @@ def add_step_ratios(rows: list[dict]) -> None:
             r["flops_ratio_vs_reference"] = r["gflops"] / ref["gflops"]
         if r.get("ops") and ref.get("ops"):
             r["ops_ratio_vs_reference"] = r["ops"] / ref["ops"]
+        weighted = _flops_ratio_at_reference_rates(r, ref)
+        if weighted is not None:
+            r["flops_ratio_at_reference_rates"] = weighted
+
+
+def _flops_ratio_at_reference_rates(row: dict, ref: dict) -> float | None:
+    """The FLOP ratio with each FLOP weighted by the seconds the reference's step spends on a
+    FLOP of its kind (convolution forward, convolution backward, matmul, ...): the time ratio a
+    step would have if it ran every kind of arithmetic at the reference's speed. Where a
+    backward convolution runs at a lower FLOP rate than a forward one (oneDNN on AVX2 cores),
+    a step that adds backward passes costs more than its plain FLOP ratio says. A kind the
+    reference lacks is weighted by the reference's mean rate. None without the profiles (a GPU
+    run)."""
+    flops, ref_flops, ref_sec = (
+        row.get("kind_gflops"),
+        ref.get("kind_gflops"),
+        ref.get("kind_seconds"),
+    )
+    if not flops or not ref_flops or not ref_sec:
+        return None
+    rates = {k: ref_sec[k] / f for k, f in ref_flops.items() if f > 0 and ref_sec.get(k)}
+    if not rates:
+        return None
+    mean = sum(ref_sec[k] for k in rates) / sum(ref_flops[k] for k in rates)
+    mine = sum(f * rates.get(k, mean) for k, f in flops.items())
+    return mine / sum(ref_flops[k] * rates[k] for k in rates)
 
 
 def format_table(rows: list[dict]) -> str:
@@ -113,7 +142,10 @@ def format_table(rows: list[dict]) -> str:
         if r.get("gflops") is not None:
             flops = f"{r['gflops']:.1f}"
             if "flops_ratio_vs_reference" in r:
-                flops += f" ({r['flops_ratio_vs_reference']:.3f}x)"
+                flops += f" ({r['flops_ratio_vs_reference']:.3f}x"
+                if "flops_ratio_at_reference_rates" in r:
+                    flops += f"; {r['flops_ratio_at_reference_rates']:.3f}x at ref. rates"
+                flops += ")"
         ops = "n/a" if r.get("ops") is None else str(r["ops"])
         if "ops_ratio_vs_reference" in r:
             ops += f" ({r['ops_ratio_vs_reference']:.3f}x)"
@@ -214,7 +246,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "--rounds",
         type=_at_least(1),
         default=3,
-        help="fits of each method / epochs of each loader, interleaved",
+        help="fits of each method (the first counts FLOPs, the others profile their arithmetic "
+        "on CPU) / epochs of each loader, interleaved",
     )
     p.add_argument("--pairs", nargs="+", help="only these methods' step pairs (e.g. dscl)")
     p.add_argument("--loader-images", type=_at_least(1), default=1024, help="loader: images")
@@ -228,12 +261,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         type=_at_least(1),
         help="loader: DALI threads of every pipeline (default 2 on cpu, 4 on cuda)",
     )
-    p.add_argument("--tiny", action="store_true", help="tiny sizes, one round: seconds")
+    p.add_argument(
+        "--tiny", action="store_true", help="tiny sizes, two rounds of one step: seconds"
+    )
     p.add_argument("--json", type=Path, help="also write the rows and the machine here")
     args = p.parse_args(argv)
     if args.tiny:
         args.sizes, args.repeats, args.warmup = "tiny", 1, 0
-        args.batch_size, args.steps, args.rounds = 4, 1, 1
+        # (two rounds: the first counts each fit's FLOPs, the second profiles it)
+        args.batch_size, args.steps, args.rounds = 4, 1, 2
         tiny = LoaderSizes.tiny()
         args.loader_images, args.loader_image_size = tiny.images, tiny.image_size
         args.loader_classes, args.loader_crop = tiny.classes, tiny.crop_size
@@ -249,6 +285,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if args.what in ("steps", "all"):
         check_step_args(p, args, device.type)
 
+    if device.type == "cpu":
+        # what solo-ext's methods set when they train on CPU, here before any measurement: every
+        # row, solo-learn's own methods' included, runs with the same allocator settings
+        from solo_ext.modules.cpu_memory import keep_freed_cpu_memory
+
+        keep_freed_cpu_memory()
     result = {"machine": machine(device), "args": {k: str(v) for k, v in vars(args).items()}}
     rows: list[dict] = []
     result["rows"] = rows

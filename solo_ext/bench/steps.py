@@ -23,8 +23,9 @@ from typing import Any
 import lightning.pytorch as pl
 import torch
 from omegaconf import DictConfig, OmegaConf
+from torch.profiler import ProfilerActivity
 from torch.utils.data import DataLoader
-from torch.utils.flop_counter import FlopCounterMode
+from torch.utils.flop_counter import FlopCounterMode, flop_registry
 
 from solo_ext.bench.timing import Measurement, OperatorCount
 from solo_ext.host import HOST, METHODS
@@ -147,24 +148,46 @@ def step_cfg(
     return cfg
 
 
+def _kind(op: object) -> str:
+    """``aten.convolution`` -> ``aten::convolution``: the profiler's name of a counted op."""
+    return str(op).replace(".", "::", 1)
+
+
+# the operators whose FLOPs torch.utils.flop_counter counts, by their profiler names
+FLOP_KINDS = frozenset(_kind(op) for op in flop_registry)
+
+
 class _StepClock(pl.Callback):
     """The start time of every step; the FLOPs and the operators dispatched of step
     ``count_flops_at`` (one whole step: forward, backward and optimiser, counted at the
-    dispatcher)."""
+    dispatcher); on CPU, the seconds step ``profile_at`` spends in each kind of operator that
+    does FLOPs (``torch.profiler``: convolutions forward and backward, matmuls)."""
 
-    def __init__(self, device: torch.device, count_flops_at: int | None = None):
+    def __init__(
+        self,
+        device: torch.device,
+        count_flops_at: int | None = None,
+        profile_at: int | None = None,
+    ):
         self.device = device
         self.starts: list[float] = []
         self.count_flops_at = count_flops_at
+        self.profile_at = profile_at if device.type == "cpu" else None
         self.counter: FlopCounterMode | None = None
         self.flops: int | None = None
+        self.kind_flops: dict[str, int] | None = None
+        self.kind_seconds: dict[str, float] | None = None
         self.ops: int | None = None
         self.op_counter: OperatorCount | None = None
+        self.profiler: torch.profiler.profile | None = None
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         self.starts.append(time.perf_counter())
+        if batch_idx == self.profile_at:
+            self.profiler = torch.profiler.profile(activities=[ProfilerActivity.CPU])
+            self.profiler.__enter__()
         if batch_idx == self.count_flops_at:
             self.counter = FlopCounterMode(display=False)
             self.counter.__enter__()
@@ -176,7 +199,18 @@ class _StepClock(pl.Callback):
             self.op_counter.__exit__(None, None, None)
             self.ops, self.op_counter = self.op_counter.count, None
             self.counter.__exit__(None, None, None)
-            self.flops, self.counter = self.counter.get_total_flops(), None
+            self.flops = self.counter.get_total_flops()
+            counts = self.counter.get_flop_counts().get("Global", {})
+            self.kind_flops = {_kind(op): int(n) for op, n in counts.items() if n}
+            self.counter = None
+        if self.profiler is not None:
+            self.profiler.__exit__(None, None, None)
+            self.kind_seconds = {
+                event.key: event.cpu_time_total / 1e6
+                for event in self.profiler.key_averages()
+                if event.key in FLOP_KINDS
+            }
+            self.profiler = None
 
 
 def _batches(n: int, cfg: DictConfig) -> DataLoader:
@@ -201,10 +235,17 @@ def _batches(n: int, cfg: DictConfig) -> DataLoader:
 
 
 def time_steps(
-    cfg: DictConfig, steps: int, warmup: int, device: torch.device, count_flops: bool = False
+    cfg: DictConfig,
+    steps: int,
+    warmup: int,
+    device: torch.device,
+    count_flops: bool = False,
+    profile: bool = False,
 ) -> Measurement:
     """One short fit: ``warmup + steps + 1`` steps, the last ``steps`` intervals are kept; with
-    ``count_flops`` the last (untimed) step's FLOPs too."""
+    ``count_flops`` the last (untimed) step's FLOPs too, with ``profile`` (on CPU) its seconds
+    in each kind of counted operator (not both in one step: the profiler would time the
+    counters' Python dispatch inside each operator)."""
     # quiet for the measurement only: the caller's logging level and warning filters come back
     lightning_log = logging.getLogger("lightning.pytorch")
     level = lightning_log.level
@@ -212,17 +253,23 @@ def time_steps(
     try:
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", module="lightning")
-            return _time_steps(cfg, steps, warmup, device, count_flops)
+            return _time_steps(cfg, steps, warmup, device, count_flops, profile)
     finally:
         lightning_log.setLevel(level)
 
 
 def _time_steps(
-    cfg: DictConfig, steps: int, warmup: int, device: torch.device, count_flops: bool
+    cfg: DictConfig,
+    steps: int,
+    warmup: int,
+    device: torch.device,
+    count_flops: bool,
+    profile: bool,
 ) -> Measurement:
     torch.manual_seed(0)  # (lightning 2.1, which solo-learn pins, has no quiet seed_everything)
     model = METHODS[cfg.method](cfg).to(memory_format=torch.channels_last)
-    clock = _StepClock(device, warmup + steps if count_flops else None)
+    last = warmup + steps  # never timed: counted, or profiled
+    clock = _StepClock(device, last if count_flops else None, last if profile else None)
     trainer = pl.Trainer(
         accelerator=cfg.accelerator,
         devices=1,
@@ -240,7 +287,9 @@ def _time_steps(
     trainer.fit(model, _batches(warmup + steps + 1, cfg))
     intervals = [b - a for a, b in zip(clock.starts, clock.starts[1:])][warmup:]
     peak = torch.cuda.max_memory_allocated(device) / 2**20 if device.type == "cuda" else None
-    return Measurement(intervals, peak, clock.flops, clock.ops)
+    return Measurement(
+        intervals, peak, clock.flops, clock.ops, clock.kind_flops, clock.kind_seconds
+    )
 
 
 def measure_pairs(
@@ -271,10 +320,17 @@ def measure_pairs(
         results = {label: Measurement() for label in cfgs}
         for r in range(rounds):
             for label, cfg in cfgs.items():
-                got = time_steps(cfg.copy(), steps, warmup, device, count_flops=r == 0)
+                # the first round counts the FLOPs of its last step, the others profile theirs
+                got = time_steps(cfg.copy(), steps, warmup, device, r == 0, r > 0)
                 results[label].seconds += got.seconds
                 results[label].flops = results[label].flops or got.flops
                 results[label].ops = results[label].ops or got.ops
+                results[label].kind_flops = results[label].kind_flops or got.kind_flops
+                if got.kind_seconds is not None:  # the mean of the profiled steps
+                    total = results[label].kind_seconds or {}
+                    for kind, sec in got.kind_seconds.items():
+                        total[kind] = total.get(kind, 0.0) + sec / (rounds - 1)
+                    results[label].kind_seconds = total
                 if got.peak_mib is not None:
                     results[label].peak_mib = max(results[label].peak_mib or 0.0, got.peak_mib)
         first = len(rows)
@@ -293,8 +349,15 @@ def measure_pairs(
                     "ops": res.ops,
                     "peak_mib": res.peak_mib,
                     "images_per_s": batch_size / res.median,
+                    # one step's FLOPs and (on CPU) seconds in each kind of counted operator
+                    "kind_gflops": _per_kind(res.kind_flops, 1e-9),
+                    "kind_seconds": _per_kind(res.kind_seconds, 1.0),
                 }
             )
         if done is not None:
             done(rows[first:])
     return rows
+
+
+def _per_kind(values: dict[str, float] | None, scale: float) -> dict[str, float] | None:
+    return None if values is None else {k: v * scale for k, v in sorted(values.items())}

@@ -18,12 +18,15 @@ from torch.utils._pytree import tree_leaves
 class Measurement:
     """Seconds per call (one per round), the peak memory above the start in MiB (on CPU: of
     the tensors the call allocates; None for CPU training steps) and, for training steps, the
-    FLOPs and the operators dispatched of one step."""
+    FLOPs and the operators dispatched of one step; on CPU also, by operator kind (``aten::``
+    name), the FLOPs of one step and the seconds the untimed steps spent in it."""
 
     seconds: list[float] = field(default_factory=list)
     peak_mib: float | None = None
     flops: int | None = None
     ops: int | None = None
+    kind_flops: dict[str, int] | None = None
+    kind_seconds: dict[str, float] | None = None
 
     @property
     def median(self) -> float:
