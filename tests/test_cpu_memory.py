@@ -45,18 +45,21 @@ def _run(code: str, *args: str, **env: str) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def _glibc() -> tuple[int, ...]:
+    return tuple(int(part) for part in platform.libc_ver()[1].split(".")[:2])
+
+
+@pytest.mark.skipif(_glibc() < (2, 35), reason="glibc before 2.35 maps blocks above 32 MiB")
 def test_a_freed_block_is_reused_without_page_faults():
-    pages = 64 * 2**20 // 4096
     kept = _run(FAULTS, "keep")
     assert kept["applied"] is True
-    assert max(kept["faults"]) < pages // 20, kept  # the heap's pages, already mapped
-    # glibc's default: mapped again at every round, a fault a page (a 2 MiB page where
-    # transparent huge pages are always on: at least 32)
+    assert max(kept["faults"]) <= 8, kept  # the heap's pages, already mapped
+    # glibc's default: mapped again at every round, a fault a page (4 KiB; 2 MiB where
+    # transparent huge pages are always on: still 32 for 64 MiB)
     fresh = _run(FAULTS, "default")
-    assert min(fresh["faults"]) >= 32 and min(fresh["faults"]) >= 10 * max(kept["faults"])
+    assert min(fresh["faults"]) >= 32, fresh
     off = _run(FAULTS, "keep", SOLO_EXT_KEEP_CPU_MEMORY="0")
-    assert off["applied"] is False
-    assert min(off["faults"]) >= 32 and min(off["faults"]) >= 10 * max(kept["faults"]), off
+    assert off["applied"] is False and min(off["faults"]) >= 32, off
 
 
 FIT_START = """

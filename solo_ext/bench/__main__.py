@@ -119,7 +119,7 @@ def _flops_ratio_at_reference_rates(row: dict, ref: dict) -> float | None:
         return None
     mean = sum(ref_sec[k] for k in rates) / sum(ref_flops[k] for k in rates)
     mine = sum(f * rates.get(k, mean) for k, f in flops.items())
-    return mine / sum(ref_flops[k] * rates[k] for k in rates)
+    return mine / sum(f * rates.get(k, mean) for k, f in ref_flops.items())
 
 
 def format_table(rows: list[dict]) -> str:

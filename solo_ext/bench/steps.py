@@ -351,7 +351,7 @@ def measure_pairs(
                     "images_per_s": batch_size / res.median,
                     # one step's FLOPs and (on CPU) seconds in each kind of counted operator
                     "kind_gflops": _per_kind(res.kind_flops, 1e-9),
-                    "kind_seconds": _per_kind(res.kind_seconds, 1.0),
+                    "kind_seconds": _per_kind(_counted(res), 1.0),
                 }
             )
         if done is not None:
@@ -361,3 +361,11 @@ def measure_pairs(
 
 def _per_kind(values: dict[str, float] | None, scale: float) -> dict[str, float] | None:
     return None if values is None else {k: v * scale for k, v in sorted(values.items())}
+
+
+def _counted(res: Measurement) -> dict[str, float] | None:
+    """The profiled seconds of the kinds the FLOP counter counted (the profiler also names the
+    calls nested in them, e.g. ``aten::_convolution`` in ``aten::convolution``)."""
+    if res.kind_seconds is None or res.kind_flops is None:
+        return res.kind_seconds
+    return {k: v for k, v in res.kind_seconds.items() if k in res.kind_flops}

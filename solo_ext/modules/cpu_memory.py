@@ -11,7 +11,8 @@ freed blocks in the heap, where the next step reuses them.
 This changes the whole process, for the rest of its life: solo-ext's methods apply it when they
 start to train on CPU (never on import, so a solo-learn run that uses nothing of solo-ext is
 untouched); ``SOLO_EXT_KEEP_CPU_MEMORY=0`` turns it off. Its cost: the process keeps up to
-``TRIM_THRESHOLD`` of freed memory instead of returning it.
+``TRIM_THRESHOLD`` of freed memory instead of returning it. glibc before 2.35 takes an mmap
+threshold of 32 MiB at most: there the blocks above it are still mapped afresh.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ import os
 import platform
 
 MMAP_THRESHOLD = 1 << 30  # blocks up to 1 GiB come from the heap
+# glibc before 2.35 refuses an mmap threshold above half its heap size (32 MiB on 64-bit)
+OLD_GLIBC_MMAP_THRESHOLD = 4 * 1024 * 1024 * ctypes.sizeof(ctypes.c_long)
 TRIM_THRESHOLD = 1 << 30  # freed memory kept at the top of the heap before it is returned
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # glibc's mallopt parameters
 ENV = "SOLO_EXT_KEEP_CPU_MEMORY"
@@ -41,10 +44,12 @@ def keep_freed_cpu_memory() -> bool:
     except (OSError, AttributeError):
         return False
     mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
-    # the trim threshold first: mallopt returns 1 when it took the value
-    _applied = bool(mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD)) and bool(
-        mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)
-    )
+    # the mmap threshold first (setting either freezes glibc's own moving threshold); mallopt
+    # returns 1 when it took the value
+    if mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD) or mallopt(
+        _M_MMAP_THRESHOLD, OLD_GLIBC_MMAP_THRESHOLD
+    ):
+        _applied = bool(mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD))
     return _applied
 
 
