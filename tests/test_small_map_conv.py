@@ -1,0 +1,216 @@
+"""The per-tap weight gradient of small-map convolutions on CPU: equal to the definition and to
+torch's convolution backward; taken only where its rule says, never for solo-learn's own
+methods, and off with ``SOLO_EXT_SMALL_MAP_CONV=0``."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import solo_ext.modules.small_map_conv as small_map
+from solo_ext.commands.pretrain import parse_cfg, run
+from solo_ext.modules.small_map_conv import small_map_weight_grad, taps_win, weight_grad_by_taps
+
+
+def _weight_grad_by_definition(grad_out, x, kernel, stride, padding):
+    """dL/dw[o, i, a, b] = sum over images and output positions (y, z) of
+    grad_out[n, o, y, z] * x_padded[n, i, y * stride + a, z * stride + b]: loops, float64."""
+    n, c_in, _, _ = x.shape
+    c_out, h_out, w_out = grad_out.shape[1:]
+    xp = F.pad(x, (padding[1], padding[1], padding[0], padding[0]))
+    grad = torch.zeros(c_out, c_in, *kernel, dtype=torch.float64)
+    for a, b, y, z in itertools.product(
+        range(kernel[0]), range(kernel[1]), range(h_out), range(w_out)
+    ):
+        pixel = xp[:, :, y * stride[0] + a, z * stride[1] + b]  # [N, C_in]
+        grad[:, :, a, b] += grad_out[:, :, y, z].t() @ pixel
+    return grad
+
+
+@pytest.mark.parametrize(
+    "size, kernel, stride, padding",
+    [
+        ((2, 2), (3, 3), (1, 1), (1, 1)),  # PBSD's patches at ResNet-18's last stage
+        ((4, 5), (3, 3), (1, 1), (1, 1)),
+        ((5, 5), (3, 3), (2, 2), (1, 1)),  # a stage's first, strided convolution
+        ((3, 3), (1, 1), (2, 2), (0, 0)),  # its 1x1 shortcut
+        ((3, 4), (5, 3), (1, 2), (2, 1)),
+        ((1, 1), (3, 3), (1, 1), (1, 1)),  # only the centre tap reads the input
+        ((3, 3), (3, 3), (3, 3), (2, 2)),  # taps that only ever read padding
+    ],
+)
+def test_weight_gradient_equals_its_definition(size, kernel, stride, padding):
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(3, 4, *size, dtype=torch.float64, generator=gen)
+    h_out = (size[0] + 2 * padding[0] - kernel[0]) // stride[0] + 1
+    w_out = (size[1] + 2 * padding[1] - kernel[1]) // stride[1] + 1
+    grad_out = torch.randn(3, 5, h_out, w_out, dtype=torch.float64, generator=gen)
+    expected = _weight_grad_by_definition(grad_out, x, kernel, stride, padding)
+    for fmt in (torch.contiguous_format, torch.channels_last):
+        got = weight_grad_by_taps(
+            grad_out.contiguous(memory_format=fmt),
+            x.contiguous(memory_format=fmt),
+            kernel,
+            stride,
+            padding,
+        )
+        torch.testing.assert_close(got, expected, rtol=1e-12, atol=1e-12)
+
+
+def _conv_and_grads(x, w, b, needs_x, mode: bool, **conv):
+    x = x.detach().clone().requires_grad_(needs_x)
+    w = w.detach().clone().requires_grad_(True)
+    b = None if b is None else b.detach().clone().requires_grad_(True)
+    with small_map_weight_grad() if mode else torch.enable_grad():
+        y = F.conv2d(x, w, b, **conv)
+    weights = torch.linspace(-1, 1, y.numel(), dtype=y.dtype).view_as(y)
+    (y * weights).sum().backward()
+    return y, x.grad, w.grad, None if b is None else b.grad
+
+
+@pytest.mark.parametrize("channels_last", [False, True])
+@pytest.mark.parametrize(
+    "size, kernel, stride, padding, bias, needs_x",
+    [
+        (2, 3, 1, 1, False, True),
+        (4, 3, 1, 1, True, True),
+        (5, 3, 2, 1, False, True),
+        (3, 1, 2, 0, True, False),  # the first layer: no input gradient
+        (3, 5, 1, 2, True, True),
+    ],
+)
+def test_under_the_mode_conv2d_gives_torchs_output_and_gradients(
+    size, kernel, stride, padding, bias, needs_x, channels_last
+):
+    gen = torch.Generator().manual_seed(1)
+    fmt = torch.channels_last if channels_last else torch.contiguous_format
+    x = torch.randn(6, 8, size, size, generator=gen).contiguous(memory_format=fmt)
+    w = torch.randn(7, 8, kernel, kernel, generator=gen).contiguous(memory_format=fmt)
+    b = torch.randn(7, generator=gen) if bias else None
+    conv = {"stride": stride, "padding": padding}
+    y, gx, gw, gb = _conv_and_grads(x, w, b, needs_x, True, **conv)
+    assert y.grad_fn.name() == "_SmallMapConv2dBackward"  # the per-tap path was taken
+    ry, rgx, rgw, rgb = _conv_and_grads(x, w, b, needs_x, False, **conv)
+    assert ry.grad_fn.name() != "_SmallMapConv2dBackward"
+    torch.testing.assert_close(y, ry, rtol=0, atol=0)  # the forward is torch's own
+    if needs_x:
+        torch.testing.assert_close(gx, rgx, rtol=0, atol=0)  # so is the input gradient
+    else:
+        assert gx is None
+    torch.testing.assert_close(gw, rgw, rtol=1e-5, atol=1e-5)
+    assert gw.is_contiguous(memory_format=fmt)
+    if bias:
+        torch.testing.assert_close(gb, rgb, rtol=1e-5, atol=1e-5)
+
+
+def test_the_rule():
+    # small maps always; up to 8x8 where the channels are wide
+    assert taps_win(3, 64, 4, 4) and taps_win(512, 512, 2, 2)
+    assert taps_win(256, 256, 8, 8) and taps_win(512, 2048, 7, 7)
+    assert not taps_win(128, 128, 8, 8) and not taps_win(64, 64, 5, 5)
+    assert not taps_win(512, 512, 9, 9) and not taps_win(64, 64, 32, 32)
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        "large map",
+        "narrow 8x8",
+        "groups",
+        "dilation",
+        "padding same",
+        "frozen weight",
+        "no grad",
+        "bf16 autocast",
+    ],
+)
+def test_other_convolutions_are_left_to_torch(case):
+    gen = torch.Generator().manual_seed(2)
+    shapes = {"large map": (32, 16), "narrow 8x8": (8, 128)}
+    size, channels = shapes.get(case, (4, 16))
+    x = torch.randn(2, channels, size, size, generator=gen)
+    w = torch.randn(channels, channels // (2 if case == "groups" else 1), 3, 3, generator=gen)
+    w.requires_grad_(case != "frozen weight")
+    conv = {"padding": 1}
+    if case == "groups":
+        conv["groups"] = 2
+    if case == "dilation":
+        conv.update(dilation=2, padding=2)
+    if case == "padding same":
+        conv["padding"] = "same"
+    with small_map_weight_grad():
+        if case == "no grad":
+            with torch.no_grad():
+                y = F.conv2d(x, w, **conv)
+            assert y.grad_fn is None
+            return
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=case == "bf16 autocast"):
+            y = F.conv2d(x, w, **conv)
+    assert y.grad_fn is None or y.grad_fn.name() != "_SmallMapConv2dBackward"
+    # the same input and weight shapes otherwise take the taps: a 4x4 map, 16 channels, groups
+    # and dilation 1, a weight that learns, float32, grad mode on
+    w = torch.randn(16, 16, 3, 3, generator=gen, requires_grad=True)
+    with small_map_weight_grad():
+        y = F.conv2d(x[:, :16, :4, :4], w, padding=1)
+    assert y.grad_fn.name() == "_SmallMapConv2dBackward"
+
+
+def test_the_environment_variable_turns_it_off(monkeypatch):
+    x = torch.randn(2, 4, 3, 3)
+    w = torch.randn(4, 4, 3, 3, requires_grad=True)
+    monkeypatch.setenv(small_map.ENV, "0")
+    with small_map_weight_grad():
+        assert not small_map.active()
+        assert F.conv2d(x, w, padding=1).grad_fn.name() != "_SmallMapConv2dBackward"
+    monkeypatch.setenv(small_map.ENV, "1")
+    with small_map_weight_grad():
+        assert small_map.active()
+        with small_map_weight_grad():  # nested: one mode
+            assert (
+                sum(
+                    isinstance(m, small_map._SmallMapMode)
+                    for m in torch.overrides._get_current_function_mode_stack()
+                )
+                == 1
+            )
+    assert not small_map.active()
+
+
+def test_solo_ext_methods_train_under_it_and_solo_learns_do_not(make_cfg):
+    from solo_ext.host import METHODS
+
+    parse_cfg(make_cfg("scl"))  # (registers the methods)
+    ours = {n: c for n, c in METHODS.items() if c.__module__.startswith("solo_ext.methods")}
+    assert len(ours) == 9
+    for name, cls in METHODS.items():
+        wrapped = getattr(cls.training_step, "small_map_step", False)
+        assert wrapped == (name in ours), name
+
+
+def test_a_training_step_through_lightning_takes_the_taps_and_equals_torchs(make_cfg, monkeypatch):
+    """Through the Lightning door: PBSD's step (its 9 px patches' small maps) takes the per-tap
+    weight gradient, and the trained weights equal those of the same run with it turned off."""
+    calls = []
+    by_taps = small_map.weight_grad_by_taps
+
+    def counted(*args):
+        calls.append(args[1].shape[-1])
+        return by_taps(*args)
+
+    monkeypatch.setattr(small_map, "weight_grad_by_taps", counted)
+    common = {"checkpoint.enabled": False, "limit_train_batches": 2, "limit_val_batches": 0}
+    on = run(make_cfg("pbsd", **common))
+    assert calls and min(calls) <= 3  # the patches' last stages
+    taken = len(calls)
+    monkeypatch.setenv(small_map.ENV, "0")
+    off = run(make_cfg("pbsd", **common))
+    assert len(calls) == taken  # none with it off
+    for key in ("train_pbsd_loss", "train_distillation_loss"):
+        assert on["metrics"][key] == pytest.approx(off["metrics"][key], rel=1e-4), key
+    weights_on, weights_off = on["model"].state_dict(), off["model"].state_dict()
+    for name, value in weights_on.items():
+        if value.is_floating_point():
+            torch.testing.assert_close(value, weights_off[name], rtol=1e-4, atol=1e-5, msg=name)
