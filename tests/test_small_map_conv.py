@@ -4,6 +4,7 @@ methods, and off with ``SOLO_EXT_SMALL_MAP_CONV=0``."""
 
 from __future__ import annotations
 
+import copy
 import itertools
 
 import pytest
@@ -60,50 +61,98 @@ def test_weight_gradient_equals_its_definition(size, kernel, stride, padding):
         torch.testing.assert_close(got, expected, rtol=1e-12, atol=1e-12)
 
 
-def _conv_and_grads(x, w, b, needs_x, mode: bool, **conv):
+def _conv_and_grads(x, w, b, needs_x, mode: bool, call):
     x = x.detach().clone().requires_grad_(needs_x)
     w = w.detach().clone().requires_grad_(True)
     b = None if b is None else b.detach().clone().requires_grad_(True)
     with small_map_weight_grad() if mode else torch.enable_grad():
-        y = F.conv2d(x, w, b, **conv)
+        y = call(x, w, b)
     weights = torch.linspace(-1, 1, y.numel(), dtype=y.dtype).view_as(y)
     (y * weights).sum().backward()
     return y, x.grad, w.grad, None if b is None else b.grad
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("channels_last", [False, True])
 @pytest.mark.parametrize(
-    "size, kernel, stride, padding, bias, needs_x",
+    "size, kernel, stride, padding, bias, needs_x, keywords",
     [
-        (2, 3, 1, 1, False, True),
-        (4, 3, 1, 1, True, True),
-        (5, 3, 2, 1, False, True),
-        (3, 1, 2, 0, True, False),  # the first layer: no input gradient
-        (3, 5, 1, 2, True, True),
+        ((2, 2), 3, 1, 1, False, True, False),
+        ((4, 4), 3, 1, 1, True, True, True),  # conv2d(input=..., padding=[1, 1])
+        ((5, 5), 3, 2, 1, False, True, False),
+        ((3, 3), 1, 2, 0, True, False, True),  # the first layer: no input gradient
+        ((3, 3), 5, 1, 2, True, True, False),
+        ((2, 7), 3, 1, 1, True, True, True),  # 14 output positions, not square
+        ((1, 16), 3, 1, 1, False, True, False),
     ],
 )
 def test_under_the_mode_conv2d_gives_torchs_output_and_gradients(
-    size, kernel, stride, padding, bias, needs_x, channels_last
+    size, kernel, stride, padding, bias, needs_x, keywords, channels_last, dtype
 ):
     gen = torch.Generator().manual_seed(1)
     fmt = torch.channels_last if channels_last else torch.contiguous_format
-    x = torch.randn(6, 8, size, size, generator=gen).contiguous(memory_format=fmt)
-    w = torch.randn(7, 8, kernel, kernel, generator=gen).contiguous(memory_format=fmt)
-    b = torch.randn(7, generator=gen) if bias else None
-    conv = {"stride": stride, "padding": padding}
-    y, gx, gw, gb = _conv_and_grads(x, w, b, needs_x, True, **conv)
+    x = torch.randn(6, 8, *size, generator=gen, dtype=dtype).contiguous(memory_format=fmt)
+    w = torch.randn(7, 8, kernel, kernel, generator=gen, dtype=dtype)
+    w = w.contiguous(memory_format=fmt)
+    b = torch.randn(7, generator=gen, dtype=dtype) if bias else None
+
+    def call(x, w, b):
+        if keywords:
+            return F.conv2d(input=x, weight=w, bias=b, stride=[stride] * 2, padding=[padding] * 2)
+        return F.conv2d(x, w, b, stride, padding)
+
+    y, gx, gw, gb = _conv_and_grads(x, w, b, needs_x, True, call)
     assert y.grad_fn.name() == "_SmallMapConv2dBackward"  # the per-tap path was taken
-    ry, rgx, rgw, rgb = _conv_and_grads(x, w, b, needs_x, False, **conv)
+    ry, rgx, rgw, rgb = _conv_and_grads(x, w, b, needs_x, False, call)
     assert ry.grad_fn.name() != "_SmallMapConv2dBackward"
     torch.testing.assert_close(y, ry, rtol=0, atol=0)  # the forward is torch's own
     if needs_x:
         torch.testing.assert_close(gx, rgx, rtol=0, atol=0)  # so is the input gradient
     else:
         assert gx is None
-    torch.testing.assert_close(gw, rgw, rtol=1e-5, atol=1e-5)
-    assert gw.is_contiguous(memory_format=fmt)
+    tol = 1e-5 if dtype == torch.float32 else 1e-12
+    torch.testing.assert_close(gw, rgw, rtol=tol, atol=tol)
+    assert gw.dtype == dtype and gw.is_contiguous(memory_format=fmt)
     if bias:
-        torch.testing.assert_close(gb, rgb, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(gb, rgb, rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("padding_mode", ["reflect", "circular", "zeros"])
+def test_conv2d_modules_with_every_padding_mode(padding_mode):
+    """``nn.Conv2d`` pads by itself first for the other modes, then calls conv2d unpadded."""
+    torch.manual_seed(3)
+    conv = torch.nn.Conv2d(6, 5, 3, padding=1, padding_mode=padding_mode).double()
+    x = torch.randn(4, 6, 3, 4, dtype=torch.float64, requires_grad=True)
+    ref = copy.deepcopy(conv)
+    with small_map_weight_grad():
+        y = conv(x)
+    assert y.grad_fn.name() == "_SmallMapConv2dBackward"
+    y.pow(2).sum().backward()
+    x_ref = x.detach().clone().requires_grad_(True)
+    ref(x_ref).pow(2).sum().backward()
+    torch.testing.assert_close(x.grad, x_ref.grad, rtol=1e-12, atol=1e-12)
+    for p, q in zip(conv.parameters(), ref.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-12, atol=1e-12)
+
+
+def test_a_double_backward_equals_torchs():
+    """Gradient penalties (``create_graph``): on the input gradient, and on the weight gradient,
+    whose per-tap products are differentiated in turn."""
+    gen = torch.Generator().manual_seed(4)
+    x0 = torch.randn(3, 5, 4, 3, dtype=torch.float64, generator=gen)
+    w0 = torch.randn(6, 5, 3, 3, dtype=torch.float64, generator=gen)
+
+    def penalties(mode: bool):
+        x, w = x0.clone().requires_grad_(True), w0.clone().requires_grad_(True)
+        with small_map_weight_grad() if mode else torch.enable_grad():
+            y = F.conv2d(x, w, padding=1).tanh()
+        assert (y.grad_fn.next_functions[0][0].name() == "_SmallMapConv2dBackward") == mode
+        gx, gw = torch.autograd.grad(y.pow(2).sum(), (x, w), create_graph=True)
+        (gx.pow(2).sum() + gw.pow(2).sum()).backward()
+        return x.grad, w.grad
+
+    for got, expected in zip(penalties(True), penalties(False)):
+        torch.testing.assert_close(got, expected, rtol=1e-10, atol=1e-10)
 
 
 def test_the_rule():
@@ -123,17 +172,27 @@ def test_the_rule():
         "dilation",
         "padding same",
         "frozen weight",
+        "only the bias learns",
         "no grad",
         "bf16 autocast",
+        "bf16 tensors",
     ],
 )
-def test_other_convolutions_are_left_to_torch(case):
+def test_other_convolutions_are_left_to_torch(case, monkeypatch):
+    decided = []
+    per_tap = small_map._per_tap
+    monkeypatch.setattr(
+        small_map, "_per_tap", lambda *a: decided.append(per_tap(*a)) or decided[-1]
+    )
     gen = torch.Generator().manual_seed(2)
     shapes = {"large map": (32, 16), "narrow 8x8": (8, 128)}
     size, channels = shapes.get(case, (4, 16))
-    x = torch.randn(2, channels, size, size, generator=gen)
+    x = torch.randn(2, channels, size, size, generator=gen, requires_grad=True)
     w = torch.randn(channels, channels // (2 if case == "groups" else 1), 3, 3, generator=gen)
-    w.requires_grad_(case != "frozen weight")
+    b = torch.randn(channels, generator=gen, requires_grad=True)
+    w.requires_grad_(case not in ("frozen weight", "only the bias learns"))
+    if case == "bf16 tensors":
+        x, w, b = (t.detach().bfloat16().requires_grad_(True) for t in (x, w, b))
     conv = {"padding": 1}
     if case == "groups":
         conv["groups"] = 2
@@ -141,21 +200,17 @@ def test_other_convolutions_are_left_to_torch(case):
         conv.update(dilation=2, padding=2)
     if case == "padding same":
         conv["padding"] = "same"
-    with small_map_weight_grad():
-        if case == "no grad":
-            with torch.no_grad():
-                y = F.conv2d(x, w, **conv)
-            assert y.grad_fn is None
-            return
+    with small_map_weight_grad(), torch.set_grad_enabled(case != "no grad"):
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=case == "bf16 autocast"):
-            y = F.conv2d(x, w, **conv)
+            y = F.conv2d(x, w, b if case == "only the bias learns" else None, **conv)
+    assert decided == [None]  # seen, and left to torch
     assert y.grad_fn is None or y.grad_fn.name() != "_SmallMapConv2dBackward"
     # the same input and weight shapes otherwise take the taps: a 4x4 map, 16 channels, groups
     # and dilation 1, a weight that learns, float32, grad mode on
     w = torch.randn(16, 16, 3, 3, generator=gen, requires_grad=True)
     with small_map_weight_grad():
-        y = F.conv2d(x[:, :16, :4, :4], w, padding=1)
-    assert y.grad_fn.name() == "_SmallMapConv2dBackward"
+        y = F.conv2d(x[:, :16, :4, :4].detach().float(), w, padding=1)
+    assert decided[-1] is not None and y.grad_fn.name() == "_SmallMapConv2dBackward"
 
 
 def test_the_environment_variable_turns_it_off(monkeypatch):
@@ -176,6 +231,24 @@ def test_the_environment_variable_turns_it_off(monkeypatch):
                 )
                 == 1
             )
+    assert not small_map.active()
+
+
+def test_a_step_enters_it_on_cpu_only():
+    from solo_ext.methods.base import _small_map_step
+
+    seen = []
+
+    def step(self, batch, batch_idx):
+        seen.append(small_map.active())
+        return batch_idx
+
+    wrapped = _small_map_step(step)
+    assert wrapped.__wrapped__ is step and wrapped.small_map_step
+    for device, expected in (("cpu", True), ("cuda", False), ("mps", False)):
+        holder = type("Method", (), {"device": torch.device(device)})()
+        assert wrapped(holder, None, 7) == 7
+        assert seen[-1] is expected, device
     assert not small_map.active()
 
 
@@ -214,3 +287,7 @@ def test_a_training_step_through_lightning_takes_the_taps_and_equals_torchs(make
     for name, value in weights_on.items():
         if value.is_floating_point():
             torch.testing.assert_close(value, weights_off[name], rtol=1e-4, atol=1e-5, msg=name)
+    # bf16-mixed on CPU: Lightning's autocast around the step, so torch's convolutions
+    monkeypatch.setenv(small_map.ENV, "1")
+    bf16 = run(make_cfg("pbsd", precision="bf16-mixed", **common))
+    assert len(calls) == taken and bf16["metrics"]["train_pbsd_loss"] > 0

@@ -6,15 +6,16 @@ and far less on the smallest: on 2 AMD EPYC cores, for a 3x3 convolution of 512 
 GFLOP/s at 4x4 (ResNet-18's last stage at 32 px) and 41 GFLOP/s at 2x2 (PBSD's 9 px patches),
 against 160-240 GFLOP/s forward. Written per tap, the gradient of tap (i, j) is one product of
 the output gradient's rows and the input's rows that the tap joins, only where the tap falls
-inside the input (a 3x3 kernel over a 2x2 map: 16 of its 36 products): 336 GFLOP/s at 2x2 (8x)
-and 218 at 4x4 (2.2x), in float32 and to its rounding.
+inside the input (a 3x3 kernel over a 2x2 map: 16 of its 36 products): in an eighth of oneDNN's
+time at 2x2 and in 1/2.2 of it at 4x4, equal to float32 rounding.
 
 :func:`small_map_weight_grad` is a ``TorchFunctionMode`` under which ``conv2d`` takes that
-weight gradient where :func:`taps_win` says it is faster (measured on those cores: every map of
-at most 4x4, and maps up to 8x8 of at least 256 x 256 channels); the input gradient, the output
-and everything else stay torch's. solo-ext's methods train under it on CPU (their
-``training_step``); solo-learn's own methods never do. ``SOLO_EXT_SMALL_MAP_CONV=0`` turns it
-off.
+weight gradient where :func:`taps_win` says it is faster (measured on those cores: outputs of at
+most 16 positions, 4x4, and of at most 64, 8x8, with at least 256 x 256 channels); the input
+gradient, the output and everything else stay torch's, and the backward is differentiable again
+(a gradient penalty's double backward). Forward-mode AD and ``torch.func`` transforms are not
+defined for it. solo-ext's methods train under it on CPU (their ``training_step``); solo-learn's
+own methods never do. ``SOLO_EXT_SMALL_MAP_CONV=0`` turns it off.
 """
 
 from __future__ import annotations
@@ -63,21 +64,24 @@ def weight_grad_by_taps(
     kernel: tuple[int, int],
     stride: tuple[int, int],
     padding: tuple[int, int],
+    channels_last: bool = False,
 ) -> torch.Tensor:
     """d loss / d weight [C_out, C_in, kh, kw] of a dense (groups 1, dilation 1) 2-D
     convolution of ``x`` [B, C_in, H, W] whose output gradient is ``grad_out``
-    [B, C_out, H_out, W_out]; channels-last, like the weight a channels-last model holds."""
+    [B, C_out, H_out, W_out]; in the channels-last layout with ``channels_last`` (the layout of
+    a channels-last weight), else contiguous. Differentiable (differentiable operators only)."""
     _, c_in, height, width = x.shape
     c_out, h_out, w_out = grad_out.shape[1:]
     g = grad_out.permute(0, 2, 3, 1)  # [B, H_out, W_out, C_out]
     xl = x.permute(0, 2, 3, 1)
-    grad = x.new_zeros(kernel[0], kernel[1], c_out, c_in)
+    taps = []
     for kh in range(kernel[0]):
         i0, i1 = _span(kh, height, h_out, stride[0], padding[0])
         for kw in range(kernel[1]):
             j0, j1 = _span(kw, width, w_out, stride[1], padding[1])
-            if i0 >= i1 or j0 >= j1:
-                continue  # the tap only ever reads padding
+            if i0 >= i1 or j0 >= j1:  # the tap only ever reads padding
+                taps.append(x.new_zeros(c_out, c_in))
+                continue
             r0 = i0 * stride[0] + kh - padding[0]
             c0 = j0 * stride[1] + kw - padding[1]
             rows = xl[
@@ -86,8 +90,11 @@ def weight_grad_by_taps(
                 c0 : c0 + (j1 - j0 - 1) * stride[1] + 1 : stride[1],
             ]
             outs = g[:, i0:i1, j0:j1].reshape(-1, c_out)
-            torch.mm(outs.t(), rows.reshape(-1, c_in), out=grad[kh, kw])
-    return grad.permute(2, 3, 0, 1)
+            taps.append(outs.t() @ rows.reshape(-1, c_in))
+    if channels_last:  # [C_out, kh * kw, C_in] in memory
+        grad = torch.stack(taps, dim=1).view(c_out, *kernel, c_in)
+        return grad.permute(0, 3, 1, 2)
+    return torch.stack(taps, dim=2).view(c_out, c_in, *kernel)
 
 
 class _SmallMapConv2d(torch.autograd.Function):
@@ -101,8 +108,9 @@ class _SmallMapConv2d(torch.autograd.Function):
         return F.conv2d(x, weight, bias, stride, padding)
 
     @staticmethod
-    @torch.autograd.function.once_differentiable
     def backward(ctx, grad_out):
+        # differentiable operators only, so that a double backward (create_graph) works; a
+        # plain backward runs them without recording
         x, weight = ctx.saved_tensors
         grad_x = grad_w = grad_b = None
         if ctx.needs_input_grad[0]:
@@ -120,14 +128,9 @@ class _SmallMapConv2d(torch.autograd.Function):
                 [True, False, False],
             )[0]
         if ctx.needs_input_grad[1]:
-            grad_w = weight_grad_by_taps(
-                grad_out, x, tuple(weight.shape[2:]), ctx.stride, ctx.padding
-            )
-            # the weight's own layout, as torch's backward gives it
+            kernel = tuple(weight.shape[2:])
             last = _channels_last(weight)
-            grad_w = grad_w.contiguous(
-                memory_format=torch.channels_last if last else torch.contiguous_format
-            )
+            grad_w = weight_grad_by_taps(grad_out, x, kernel, ctx.stride, ctx.padding, last)
         if ctx.has_bias and ctx.needs_input_grad[2]:
             grad_b = grad_out.sum((0, 2, 3))
         return grad_x, grad_w, grad_b, None, None
@@ -135,6 +138,13 @@ class _SmallMapConv2d(torch.autograd.Function):
 
 def _channels_last(t: torch.Tensor) -> bool:
     return t.is_contiguous(memory_format=torch.channels_last) and not t.is_contiguous()
+
+
+def _cpu_autocast() -> bool:
+    try:
+        return torch.is_autocast_enabled("cpu")
+    except TypeError:  # torch before 2.4: no device argument
+        return torch.is_autocast_cpu_enabled()
 
 
 def _per_tap(args: tuple, kwargs: dict) -> tuple | None:
@@ -154,7 +164,7 @@ def _per_tap(args: tuple, kwargs: dict) -> tuple | None:
         and x.dtype in (torch.float32, torch.float64)
         and weight.dtype == x.dtype
         and given.get("groups", 1) == 1
-        and not torch.is_autocast_enabled("cpu")
+        and not _cpu_autocast()
     ):
         return None
     stride, padding = _pair(given.get("stride", 1)), _pair(given.get("padding", 0))
@@ -178,9 +188,27 @@ class _SmallMapMode(TorchFunctionMode):
         return func(*args, **kwargs)
 
 
+# the profiler's name of the per-tap backward, and the kind of operator whose work it does
+PROFILED_AS = {"_SmallMapConv2dBackward": "aten::convolution_backward"}
+
+_suspended = 0
+
+
 def enabled() -> bool:
-    """False under ``SOLO_EXT_SMALL_MAP_CONV=0``."""
-    return os.environ.get(ENV, "1") != "0"
+    """False under ``SOLO_EXT_SMALL_MAP_CONV=0`` or :func:`suspended`."""
+    return not _suspended and os.environ.get(ENV, "1") != "0"
+
+
+@contextlib.contextmanager
+def suspended() -> Iterator[None]:
+    """The steps started inside run torch's convolutions only (the bench counts a step's FLOPs
+    so: a convolution's, padding included, as ``torch.utils.flop_counter`` counts them)."""
+    global _suspended
+    _suspended += 1
+    try:
+        yield
+    finally:
+        _suspended -= 1
 
 
 def active() -> bool:
