@@ -162,6 +162,53 @@ def test_flop_ratio_at_the_reference_rates_weights_each_kind_by_its_seconds_per_
     assert "flops_ratio_at_reference_rates" not in row
 
 
+def test_profiled_seconds_count_each_outermost_counted_operator_once():
+    from solo_ext.bench.steps import kind_seconds
+
+    class Event:
+        def __init__(self, name, ms, parent=None):
+            self.name, self.cpu_time_total, self.cpu_parent = name, ms * 1e3, parent
+
+    step = Event("ProfilerStep", 100)
+    conv = Event("aten::convolution", 10, step)
+    taps = Event("_SmallMapConv2dBackward", 7, Event("autograd::engine::evaluate", 8, step))
+    events = [
+        step,
+        conv,
+        Event("aten::_convolution", 9, conv),  # inside the convolution: not again
+        Event("aten::mm", 2, step),
+        taps,
+        Event("aten::convolution_backward", 3, taps),  # its input gradient
+        Event("aten::mm", 4, taps),  # its per-tap products
+        Event("aten::convolution_backward", 5, step),
+    ]
+    got = kind_seconds(events)
+    assert got == pytest.approx(
+        {"aten::convolution": 0.010, "aten::mm": 0.002, "aten::convolution_backward": 0.012}
+    )
+
+
+def test_a_steps_flops_are_counted_with_torchs_convolutions(monkeypatch):
+    """The bench counts a method's arithmetic: the counted step runs torch's convolutions, so
+    its FLOPs do not depend on the per-tap weight gradients the timed CPU steps take."""
+    import solo_ext.modules.small_map_conv as small_map
+    from solo_ext.bench.steps import step_cfg, time_steps
+
+    calls = []
+    by_taps = small_map.weight_grad_by_taps
+    monkeypatch.setattr(small_map, "weight_grad_by_taps", lambda *a: calls.append(1) or by_taps(*a))
+    cpu = torch.device("cpu")
+    cfg = step_cfg("dscl", {}, 4, "cpu", True)  # ResNet-18 at 32 px: a 4x4 last stage
+    counted = time_steps(cfg, steps=1, warmup=0, device=cpu, count_flops=True)
+    assert calls  # the timed step took them
+    taken = len(calls)
+    monkeypatch.setenv(small_map.ENV, "0")
+    plain = time_steps(cfg, steps=1, warmup=0, device=cpu, count_flops=True)
+    assert len(calls) == taken
+    assert counted.flops == plain.flops and counted.kind_flops == plain.kind_flops
+    assert not small_map._suspended  # the steps after the counted one take them again
+
+
 def test_peer_pairs_against_solo_learns_own_methods(tmp_path):
     """With the real solo-learn as the host, the bench lays dscl (both directions, and the
     published one) beside solo-learn's MoCo v2+ and scl beside its SupCon, same backbone, batch,

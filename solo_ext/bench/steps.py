@@ -29,6 +29,7 @@ from torch.utils.flop_counter import FlopCounterMode, flop_registry
 
 from solo_ext.bench.timing import Measurement, OperatorCount
 from solo_ext.host import HOST, METHODS
+from solo_ext.modules.small_map_conv import PROFILED_AS, suspended
 
 # (method, baseline) -> the label of each and its method_kwargs over the published defaults
 PAIRS: list[tuple[tuple[str, str, dict], tuple[str, str, dict]]] = [
@@ -157,11 +158,32 @@ def _kind(op: object) -> str:
 FLOP_KINDS = frozenset(_kind(op) for op in flop_registry)
 
 
+def kind_seconds(events: Any) -> dict[str, float]:
+    """The seconds a profiled step spends in each kind of counted operator: each outermost
+    counted operator's whole time (what it calls included, and nothing counted twice), the
+    per-tap weight gradient's backward counted as the convolution backward whose work it does
+    (:data:`solo_ext.modules.small_map_conv.PROFILED_AS`)."""
+    kinds = {name: name for name in FLOP_KINDS} | PROFILED_AS
+    seconds: dict[str, float] = {}
+    for event in events:
+        kind = kinds.get(event.name)
+        if kind is None:
+            continue
+        parent = event.cpu_parent
+        while parent is not None and parent.name not in kinds:
+            parent = parent.cpu_parent
+        if parent is None:  # not inside another counted one
+            seconds[kind] = seconds.get(kind, 0.0) + event.cpu_time_total / 1e6
+    return seconds
+
+
 class _StepClock(pl.Callback):
     """The start time of every step; the FLOPs and the operators dispatched of step
     ``count_flops_at`` (one whole step: forward, backward and optimiser, counted at the
-    dispatcher); on CPU, the seconds step ``profile_at`` spends in each kind of operator that
-    does FLOPs (``torch.profiler``: convolutions forward and backward, matmuls)."""
+    dispatcher, with torch's convolutions: the method's arithmetic, not that of the per-tap
+    weight gradients a CPU step takes, :mod:`solo_ext.modules.small_map_conv`); on CPU, the
+    seconds step ``profile_at`` spends in each kind of operator that does FLOPs
+    (``torch.profiler``: convolutions forward and backward, matmuls; :func:`kind_seconds`)."""
 
     def __init__(
         self,
@@ -180,6 +202,7 @@ class _StepClock(pl.Callback):
         self.ops: int | None = None
         self.op_counter: OperatorCount | None = None
         self.profiler: torch.profiler.profile | None = None
+        self.torch_convolutions: Any = None
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
         if self.device.type == "cuda":
@@ -189,6 +212,8 @@ class _StepClock(pl.Callback):
             self.profiler = torch.profiler.profile(activities=[ProfilerActivity.CPU])
             self.profiler.__enter__()
         if batch_idx == self.count_flops_at:
+            self.torch_convolutions = suspended()
+            self.torch_convolutions.__enter__()
             self.counter = FlopCounterMode(display=False)
             self.counter.__enter__()
             self.op_counter = OperatorCount()
@@ -203,14 +228,17 @@ class _StepClock(pl.Callback):
             counts = self.counter.get_flop_counts().get("Global", {})
             self.kind_flops = {_kind(op): int(n) for op, n in counts.items() if n}
             self.counter = None
+            self.torch_convolutions.__exit__(None, None, None)
+            self.torch_convolutions = None
         if self.profiler is not None:
             self.profiler.__exit__(None, None, None)
-            self.kind_seconds = {
-                event.key: event.cpu_time_total / 1e6
-                for event in self.profiler.key_averages()
-                if event.key in FLOP_KINDS
-            }
+            self.kind_seconds = kind_seconds(self.profiler.events())
             self.profiler = None
+
+    def on_exception(self, trainer, pl_module, exception) -> None:
+        if self.torch_convolutions is not None:  # the per-tap gradients back for what follows
+            self.torch_convolutions.__exit__(None, None, None)
+            self.torch_convolutions = None
 
 
 def _batches(n: int, cfg: DictConfig) -> DataLoader:
