@@ -1,5 +1,5 @@
-"""The per-tap weight gradient of small-map convolutions on CPU: equal to the definition and to
-torch's convolution backward; taken only where its rule says, never for solo-learn's own
+"""The per-tap and Winograd weight gradients of convolutions on CPU: equal to the definition and
+to torch's convolution backward; taken only where their rules say, never for solo-learn's own
 methods, and off with ``SOLO_EXT_SMALL_MAP_CONV=0``."""
 
 from __future__ import annotations
@@ -13,7 +13,13 @@ import torch.nn.functional as F
 
 import solo_ext.modules.small_map_conv as small_map
 from solo_ext.commands.pretrain import parse_cfg, run
-from solo_ext.modules.small_map_conv import small_map_weight_grad, taps_win, weight_grad_by_taps
+from solo_ext.modules.small_map_conv import (
+    small_map_weight_grad,
+    taps_win,
+    weight_grad_by_taps,
+    weight_grad_winograd,
+    winograd_wins,
+)
 
 
 def _weight_grad_by_definition(grad_out, x, kernel, stride, padding):
@@ -59,6 +65,41 @@ def test_weight_gradient_equals_its_definition(size, kernel, stride, padding):
             padding,
         )
         torch.testing.assert_close(got, expected, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize(
+    "size, padding",
+    [
+        ((16, 16), 1),  # ResNet-18's 16 px stage at 32 px crops (float64 here, few channels)
+        ((4, 5), 1),  # an odd output width: one zero column of the output gradient
+        ((7, 3), 1),
+        ((5, 5), 0),  # no padding: 3x3 outputs
+        ((6, 4), 2),  # more padding than the kernel's half: a larger output than the input
+        ((1, 1), 1),  # one output position, only the centre tap reads the input
+        ((3, 9), 0),  # 1 x 7 outputs
+    ],
+)
+def test_winograd_weight_gradient_equals_its_definition(size, padding):
+    gen = torch.Generator().manual_seed(5)
+    x = torch.randn(3, 4, *size, dtype=torch.float64, generator=gen)
+    h_out, w_out = size[0] + 2 * padding - 2, size[1] + 2 * padding - 2
+    grad_out = torch.randn(3, 5, h_out, w_out, dtype=torch.float64, generator=gen)
+    expected = _weight_grad_by_definition(grad_out, x, (3, 3), (1, 1), (padding, padding))
+    # all 3 images in one chunk; one by one; 2 then the last 1 (the buffers' shorter views)
+    tiles_per_image = ((h_out + 1) // 2) * ((w_out + 1) // 2)
+    two_images = 2 * 16 * tiles_per_image * (4 + 5) * 8
+    for fmt, chunk in itertools.product(
+        (torch.contiguous_format, torch.channels_last), (None, 1, two_images)
+    ):
+        got = weight_grad_winograd(
+            grad_out.contiguous(memory_format=fmt),
+            x.contiguous(memory_format=fmt),
+            (padding, padding),
+            fmt == torch.channels_last,
+            chunk,
+        )
+        torch.testing.assert_close(got, expected, rtol=1e-12, atol=1e-12)
+        assert got.is_contiguous(memory_format=fmt)
 
 
 def _conv_and_grads(x, w, b, needs_x, mode: bool, call):
@@ -135,11 +176,23 @@ def test_conv2d_modules_with_every_padding_mode(padding_mode):
         torch.testing.assert_close(p.grad, q.grad, rtol=1e-12, atol=1e-12)
 
 
-def test_a_double_backward_equals_torchs():
+@pytest.mark.parametrize("winograd", [False, True])
+def test_a_double_backward_equals_torchs(winograd, monkeypatch):
     """Gradient penalties (``create_graph``): on the input gradient, and on the weight gradient,
-    whose per-tap products are differentiated in turn."""
+    whose per-tap products are differentiated in turn; a Winograd case (which writes into its
+    buffers) then takes torch's own weight gradient."""
+    if winograd:
+        monkeypatch.setattr(small_map, "WINOGRAD_CHANNELS", 1)
+        monkeypatch.setattr(small_map, "WINOGRAD_MIN_TILES", 1)
+    taken = []
+    by_winograd = small_map.weight_grad_winograd
+    monkeypatch.setattr(
+        small_map,
+        "weight_grad_winograd",
+        lambda *a: taken.append(torch.is_grad_enabled()) or by_winograd(*a),
+    )
     gen = torch.Generator().manual_seed(4)
-    x0 = torch.randn(3, 5, 4, 3, dtype=torch.float64, generator=gen)
+    x0 = torch.randn(3, 5, *((6, 6) if winograd else (4, 3)), dtype=torch.float64, generator=gen)
     w0 = torch.randn(6, 5, 3, 3, dtype=torch.float64, generator=gen)
 
     def penalties(mode: bool):
@@ -149,10 +202,73 @@ def test_a_double_backward_equals_torchs():
         assert (y.grad_fn.next_functions[0][0].name() == "_SmallMapConv2dBackward") == mode
         gx, gw = torch.autograd.grad(y.pow(2).sum(), (x, w), create_graph=True)
         (gx.pow(2).sum() + gw.pow(2).sum()).backward()
-        return x.grad, w.grad
+        return gw.detach(), x.grad, w.grad
 
     for got, expected in zip(penalties(True), penalties(False)):
         torch.testing.assert_close(got, expected, rtol=1e-10, atol=1e-10)
+    # the plain backward of the penalty (through y again) only; never under create_graph
+    assert taken == ([False] if winograd else [])
+    assert small_map._per_tap((x0, w0.requires_grad_()), {"padding": 1})[-1] is winograd
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("channels_last", [False, True])
+@pytest.mark.parametrize(
+    "size, padding, bias, needs_x",
+    [((6, 6), 1, False, True), ((5, 7), 1, True, True), ((9, 9), 0, True, False)],
+)
+def test_under_the_mode_winograd_gives_torchs_output_and_gradients(
+    size, padding, bias, needs_x, channels_last, dtype, monkeypatch
+):
+    """Few channels here, so the rule's channel floor is lowered; the decision is spied."""
+    monkeypatch.setattr(small_map, "WINOGRAD_CHANNELS", 1)
+    monkeypatch.setattr(small_map, "WINOGRAD_MIN_TILES", 1)
+    monkeypatch.setattr(small_map, "WINOGRAD_WASTE", 2)
+    taken = []
+    winograd = small_map.weight_grad_winograd
+    monkeypatch.setattr(
+        small_map, "weight_grad_winograd", lambda *a: taken.append(a[1].shape) or winograd(*a)
+    )
+    gen = torch.Generator().manual_seed(6)
+    fmt = torch.channels_last if channels_last else torch.contiguous_format
+    x = torch.randn(5, 6, *size, generator=gen, dtype=dtype).contiguous(memory_format=fmt)
+    w = torch.randn(7, 6, 3, 3, generator=gen, dtype=dtype).contiguous(memory_format=fmt)
+    b = torch.randn(7, generator=gen, dtype=dtype) if bias else None
+
+    def call(x, w, b):
+        return F.conv2d(x, w, b, 1, padding)
+
+    y, gx, gw, gb = _conv_and_grads(x, w, b, needs_x, True, call)
+    assert y.grad_fn.name() == "_SmallMapConv2dBackward" and taken == [x.shape]
+    ry, rgx, rgw, rgb = _conv_and_grads(x, w, b, needs_x, False, call)
+    torch.testing.assert_close(y, ry, rtol=0, atol=0)
+    if needs_x:
+        torch.testing.assert_close(gx, rgx, rtol=0, atol=0)
+    else:
+        assert gx is None
+    tol = 1e-5 if dtype == torch.float32 else 1e-12
+    torch.testing.assert_close(gw, rgw, rtol=tol, atol=tol)
+    assert gw.dtype == dtype and gw.is_contiguous(memory_format=fmt)
+    if bias:
+        torch.testing.assert_close(gb, rgb, rtol=tol, atol=tol)
+
+
+def test_the_winograd_rule():
+    # 3x3 stride 1 above 16 positions, with 128 x 128 channels, or 64 x 64 from 32x32 up, and
+    # 2048 positions over the batch; not where rounding odd sides up adds over a quarter
+    def wins(c_in, c_out, size, images=64, kernel=(3, 3), stride=(1, 1)):
+        return winograd_wins(c_in, c_out, *size, kernel, stride, images)
+
+    assert wins(128, 128, (16, 16)) and wins(64, 64, (32, 32)) and wins(64, 64, (56, 56), 16)
+    assert wins(256, 256, (8, 8)) and wins(512, 512, (6, 6))  # even maps before the taps
+    assert wins(128, 128, (9, 9), 320) and wins(128, 128, (15, 16))  # 100 / 81, 256 / 240
+    assert not wins(128, 128, (5, 5), 320) and not wins(512, 512, (7, 7), 16)  # 36 / 25, 64 / 49
+    assert not wins(128, 128, (5, 5), 64)  # 1600 positions over the batch
+    assert not wins(64, 64, (16, 16)) and not wins(64, 64, (9, 9), 320)
+    assert not wins(512, 512, (4, 4))  # the taps' small maps
+    assert not wins(3, 64, (32, 32))  # a stem's three channels
+    assert not wins(128, 128, (16, 16), stride=(2, 2))
+    assert not wins(128, 128, (16, 16), kernel=(1, 1))
 
 
 def test_the_rule():
@@ -185,7 +301,7 @@ def test_other_convolutions_are_left_to_torch(case, monkeypatch):
         small_map, "_per_tap", lambda *a: decided.append(per_tap(*a)) or decided[-1]
     )
     gen = torch.Generator().manual_seed(2)
-    shapes = {"large map": (32, 16), "narrow 8x8": (8, 128)}
+    shapes = {"large map": (32, 16), "narrow 8x8": (8, 64)}
     size, channels = shapes.get(case, (4, 16))
     x = torch.randn(2, channels, size, size, generator=gen, requires_grad=True)
     w = torch.randn(channels, channels // (2 if case == "groups" else 1), 3, 3, generator=gen)
@@ -291,3 +407,30 @@ def test_a_training_step_through_lightning_takes_the_taps_and_equals_torchs(make
     monkeypatch.setenv(small_map.ENV, "1")
     bf16 = run(make_cfg("pbsd", precision="bf16-mixed", **common))
     assert len(calls) == taken and bf16["metrics"]["train_pbsd_loss"] > 0
+
+
+def test_a_training_step_through_lightning_takes_winograd_and_equals_torchs(make_cfg, monkeypatch):
+    """Through the Lightning door, with the rule's channel floors lowered to the tiny backbone's
+    widths: every 3x3 stride-1 convolution above 16 positions takes the Winograd weight
+    gradient, and the trained weights equal those of the same run with the mode off."""
+    monkeypatch.setattr(small_map, "WINOGRAD_CHANNELS", 1)
+    monkeypatch.setattr(small_map, "WINOGRAD_NARROW", 1)
+    monkeypatch.setattr(small_map, "WINOGRAD_MIN_TILES", 1)
+    taken = []
+    winograd = small_map.weight_grad_winograd
+    monkeypatch.setattr(
+        small_map, "weight_grad_winograd", lambda *a: taken.append(a[1].shape) or winograd(*a)
+    )
+    common = {"checkpoint.enabled": False, "limit_train_batches": 2, "limit_val_batches": 0}
+    on = run(make_cfg("scl", **common))
+    assert taken and all(shape[-1] * shape[-2] > small_map.SMALL_MAP for shape in taken)
+    count = len(taken)
+    monkeypatch.setenv(small_map.ENV, "0")
+    off = run(make_cfg("scl", **common))
+    assert len(taken) == count
+    key = next(k for k in on["metrics"] if k.startswith("train_") and k.endswith("_loss"))
+    assert on["metrics"][key] == pytest.approx(off["metrics"][key], rel=1e-4), key
+    weights_on, weights_off = on["model"].state_dict(), off["model"].state_dict()
+    for name, value in weights_on.items():
+        if value.is_floating_point():
+            torch.testing.assert_close(value, weights_off[name], rtol=1e-4, atol=1e-5, msg=name)
