@@ -102,15 +102,28 @@ def test_winograd_weight_gradient_equals_its_definition(size, padding):
         assert got.is_contiguous(memory_format=fmt)
 
 
-def _conv_and_grads(x, w, b, needs_x, mode: bool, call):
+def _conv_and_grads(x, w, b, needs_x, mode: bool, call, loss: str = "weighted"):
+    """The output and the gradients as the backward gives them (``torch.autograd.grad``: not
+    re-laid out into the leaves' layouts, as accumulating into ``.grad`` would); the output
+    gradient in the output's layout, or an expanded one for ``loss="sum"``."""
     x = x.detach().clone().requires_grad_(needs_x)
     w = w.detach().clone().requires_grad_(True)
     b = None if b is None else b.detach().clone().requires_grad_(True)
     with small_map_weight_grad() if mode else torch.enable_grad():
         y = call(x, w, b)
-    weights = torch.linspace(-1, 1, y.numel(), dtype=y.dtype).view_as(y)
-    (y * weights).sum().backward()
-    return y, x.grad, w.grad, None if b is None else b.grad
+    if loss == "sum":
+        total = y.sum()
+    else:
+        weights = torch.linspace(-1, 1, y.numel(), dtype=y.dtype).view_as(y)
+        last = y.is_contiguous(memory_format=torch.channels_last) and not y.is_contiguous()
+        total = (y * weights.contiguous(memory_format=_format(last))).sum()
+    leaves = [t for t in (x, w, b) if t is not None and t.requires_grad]
+    grads = dict(zip(map(id, leaves), torch.autograd.grad(total, leaves)))
+    return y, grads.get(id(x)), grads[id(w)], None if b is None else grads[id(b)]
+
+
+def _format(channels_last: bool) -> torch.memory_format:
+    return torch.channels_last if channels_last else torch.contiguous_format
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
@@ -143,7 +156,7 @@ def test_under_the_mode_conv2d_gives_torchs_output_and_gradients(
         return F.conv2d(x, w, b, stride, padding)
 
     y, gx, gw, gb = _conv_and_grads(x, w, b, needs_x, True, call)
-    assert y.grad_fn.name() == "_SmallMapConv2dBackward"  # the per-tap path was taken
+    assert y.grad_fn.name() == "_SmallMapConv2dBackward"  # solo-ext's backward was taken
     ry, rgx, rgw, rgb = _conv_and_grads(x, w, b, needs_x, False, call)
     assert ry.grad_fn.name() != "_SmallMapConv2dBackward"
     torch.testing.assert_close(y, ry, rtol=0, atol=0)  # the forward is torch's own
@@ -212,13 +225,16 @@ def test_a_double_backward_equals_torchs(winograd, monkeypatch):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-@pytest.mark.parametrize("channels_last", [False, True])
+@pytest.mark.parametrize(
+    "layouts", [(False, False), (True, True), (False, True), (True, False)]
+)  # (x channels-last, weight channels-last)
 @pytest.mark.parametrize(
     "size, padding, bias, needs_x",
     [((6, 6), 1, False, True), ((5, 7), 1, True, True), ((9, 9), 0, True, False)],
 )
+@pytest.mark.parametrize("loss", ["weighted", "sum"])  # "sum": an expanded output gradient
 def test_under_the_mode_winograd_gives_torchs_output_and_gradients(
-    size, padding, bias, needs_x, channels_last, dtype, monkeypatch
+    size, padding, bias, needs_x, layouts, dtype, loss, monkeypatch
 ):
     """Few channels here, so the rule's channel floor is lowered; the decision is spied."""
     monkeypatch.setattr(small_map, "WINOGRAD_CHANNELS", 1)
@@ -230,17 +246,17 @@ def test_under_the_mode_winograd_gives_torchs_output_and_gradients(
         small_map, "weight_grad_winograd", lambda *a: taken.append(a[1].shape) or winograd(*a)
     )
     gen = torch.Generator().manual_seed(6)
-    fmt = torch.channels_last if channels_last else torch.contiguous_format
-    x = torch.randn(5, 6, *size, generator=gen, dtype=dtype).contiguous(memory_format=fmt)
-    w = torch.randn(7, 6, 3, 3, generator=gen, dtype=dtype).contiguous(memory_format=fmt)
+    x_fmt, w_fmt = (_format(last) for last in layouts)
+    x = torch.randn(5, 6, *size, generator=gen, dtype=dtype).contiguous(memory_format=x_fmt)
+    w = torch.randn(7, 6, 3, 3, generator=gen, dtype=dtype).contiguous(memory_format=w_fmt)
     b = torch.randn(7, generator=gen, dtype=dtype) if bias else None
 
     def call(x, w, b):
         return F.conv2d(x, w, b, 1, padding)
 
-    y, gx, gw, gb = _conv_and_grads(x, w, b, needs_x, True, call)
+    y, gx, gw, gb = _conv_and_grads(x, w, b, needs_x, True, call, loss)
     assert y.grad_fn.name() == "_SmallMapConv2dBackward" and taken == [x.shape]
-    ry, rgx, rgw, rgb = _conv_and_grads(x, w, b, needs_x, False, call)
+    ry, rgx, rgw, rgb = _conv_and_grads(x, w, b, needs_x, False, call, loss)
     torch.testing.assert_close(y, ry, rtol=0, atol=0)
     if needs_x:
         torch.testing.assert_close(gx, rgx, rtol=0, atol=0)
@@ -248,7 +264,7 @@ def test_under_the_mode_winograd_gives_torchs_output_and_gradients(
         assert gx is None
     tol = 1e-5 if dtype == torch.float32 else 1e-12
     torch.testing.assert_close(gw, rgw, rtol=tol, atol=tol)
-    assert gw.dtype == dtype and gw.is_contiguous(memory_format=fmt)
+    assert gw.dtype == dtype and gw.is_contiguous(memory_format=w_fmt)  # the weight's layout
     if bias:
         torch.testing.assert_close(gb, rgb, rtol=tol, atol=tol)
 
@@ -263,9 +279,9 @@ def test_the_winograd_rule():
     assert wins(256, 256, (8, 8)) and wins(512, 512, (6, 6))  # even maps before the taps
     assert wins(128, 128, (9, 9), 320) and wins(128, 128, (15, 16))  # 100 / 81, 256 / 240
     assert not wins(128, 128, (5, 5), 320) and not wins(512, 512, (7, 7), 16)  # 36 / 25, 64 / 49
-    assert not wins(128, 128, (5, 5), 64)  # 1600 positions over the batch
+    assert not wins(128, 128, (16, 16), 7)  # 1792 positions over the batch
     assert not wins(64, 64, (16, 16)) and not wins(64, 64, (9, 9), 320)
-    assert not wins(512, 512, (4, 4))  # the taps' small maps
+    assert not wins(512, 512, (4, 4), 128)  # the taps' small maps
     assert not wins(3, 64, (32, 32))  # a stem's three channels
     assert not wins(128, 128, (16, 16), stride=(2, 2))
     assert not wins(128, 128, (16, 16), kernel=(1, 1))
