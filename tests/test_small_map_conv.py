@@ -189,21 +189,29 @@ def test_conv2d_modules_with_every_padding_mode(padding_mode):
         torch.testing.assert_close(p.grad, q.grad, rtol=1e-12, atol=1e-12)
 
 
+def _winograd_everywhere(monkeypatch, **floors) -> list:
+    """Lowers the Winograd rule's floors (``WINOGRAD_CHANNELS`` and ``WINOGRAD_MIN_TILES`` to 1,
+    and any others given) for this test's small tensors; the returned list gets, for every
+    Winograd weight gradient taken, (the input's shape, whether grad mode was on)."""
+    for name, value in {"WINOGRAD_CHANNELS": 1, "WINOGRAD_MIN_TILES": 1, **floors}.items():
+        monkeypatch.setattr(small_map, name, value)
+    taken = []
+    by_winograd = small_map.weight_grad_winograd
+
+    def spied(*args):
+        taken.append((args[1].shape, torch.is_grad_enabled()))
+        return by_winograd(*args)
+
+    monkeypatch.setattr(small_map, "weight_grad_winograd", spied)
+    return taken
+
+
 @pytest.mark.parametrize("winograd", [False, True])
 def test_a_double_backward_equals_torchs(winograd, monkeypatch):
     """Gradient penalties (``create_graph``): on the input gradient, and on the weight gradient,
     whose per-tap products are differentiated in turn; a Winograd case (which writes into its
     buffers) then takes torch's own weight gradient."""
-    if winograd:
-        monkeypatch.setattr(small_map, "WINOGRAD_CHANNELS", 1)
-        monkeypatch.setattr(small_map, "WINOGRAD_MIN_TILES", 1)
-    taken = []
-    by_winograd = small_map.weight_grad_winograd
-    monkeypatch.setattr(
-        small_map,
-        "weight_grad_winograd",
-        lambda *a: taken.append(torch.is_grad_enabled()) or by_winograd(*a),
-    )
+    taken = _winograd_everywhere(monkeypatch) if winograd else []
     gen = torch.Generator().manual_seed(4)
     x0 = torch.randn(3, 5, *((6, 6) if winograd else (4, 3)), dtype=torch.float64, generator=gen)
     w0 = torch.randn(6, 5, 3, 3, dtype=torch.float64, generator=gen)
@@ -220,7 +228,7 @@ def test_a_double_backward_equals_torchs(winograd, monkeypatch):
     for got, expected in zip(penalties(True), penalties(False)):
         torch.testing.assert_close(got, expected, rtol=1e-10, atol=1e-10)
     # the plain backward of the penalty (through y again) only; never under create_graph
-    assert taken == ([False] if winograd else [])
+    assert [grad_mode for _, grad_mode in taken] == ([False] if winograd else [])
     assert small_map._per_tap((x0, w0.requires_grad_()), {"padding": 1})[-1] is winograd
 
 
@@ -237,14 +245,7 @@ def test_under_the_mode_winograd_gives_torchs_output_and_gradients(
     size, padding, bias, needs_x, layouts, dtype, loss, monkeypatch
 ):
     """Few channels here, so the rule's channel floor is lowered; the decision is spied."""
-    monkeypatch.setattr(small_map, "WINOGRAD_CHANNELS", 1)
-    monkeypatch.setattr(small_map, "WINOGRAD_MIN_TILES", 1)
-    monkeypatch.setattr(small_map, "WINOGRAD_WASTE", 2)
-    taken = []
-    winograd = small_map.weight_grad_winograd
-    monkeypatch.setattr(
-        small_map, "weight_grad_winograd", lambda *a: taken.append(a[1].shape) or winograd(*a)
-    )
+    taken = _winograd_everywhere(monkeypatch, WINOGRAD_WASTE=2)
     gen = torch.Generator().manual_seed(6)
     x_fmt, w_fmt = (_format(last) for last in layouts)
     x = torch.randn(5, 6, *size, generator=gen, dtype=dtype).contiguous(memory_format=x_fmt)
@@ -255,7 +256,7 @@ def test_under_the_mode_winograd_gives_torchs_output_and_gradients(
         return F.conv2d(x, w, b, 1, padding)
 
     y, gx, gw, gb = _conv_and_grads(x, w, b, needs_x, True, call, loss)
-    assert y.grad_fn.name() == "_SmallMapConv2dBackward" and taken == [x.shape]
+    assert y.grad_fn.name() == "_SmallMapConv2dBackward" and taken == [(x.shape, False)]
     ry, rgx, rgw, rgb = _conv_and_grads(x, w, b, needs_x, False, call, loss)
     torch.testing.assert_close(y, ry, rtol=0, atol=0)
     if needs_x:
@@ -429,17 +430,10 @@ def test_a_training_step_through_lightning_takes_winograd_and_equals_torchs(make
     """Through the Lightning door, with the rule's channel floors lowered to the tiny backbone's
     widths: every 3x3 stride-1 convolution above 16 positions takes the Winograd weight
     gradient, and the trained weights equal those of the same run with the mode off."""
-    monkeypatch.setattr(small_map, "WINOGRAD_CHANNELS", 1)
-    monkeypatch.setattr(small_map, "WINOGRAD_NARROW", 1)
-    monkeypatch.setattr(small_map, "WINOGRAD_MIN_TILES", 1)
-    taken = []
-    winograd = small_map.weight_grad_winograd
-    monkeypatch.setattr(
-        small_map, "weight_grad_winograd", lambda *a: taken.append(a[1].shape) or winograd(*a)
-    )
+    taken = _winograd_everywhere(monkeypatch, WINOGRAD_NARROW=1)
     common = {"checkpoint.enabled": False, "limit_train_batches": 2, "limit_val_batches": 0}
     on = run(make_cfg("scl", **common))
-    assert taken and all(shape[-1] * shape[-2] > small_map.SMALL_MAP for shape in taken)
+    assert taken and all(shape[-1] * shape[-2] > small_map.SMALL_MAP for shape, _ in taken)
     count = len(taken)
     monkeypatch.setenv(small_map.ENV, "0")
     off = run(make_cfg("scl", **common))
