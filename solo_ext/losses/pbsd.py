@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 
 from solo_ext.common import EMPTY
-from solo_ext.losses.queue_lse import queue_logsumexp, queue_softmax, slot_bias
+from solo_ext.losses.queue_lse import queue_logsumexp, queue_softmax_sum, slot_bias
 
 
 def pbsd_loss(
@@ -54,8 +54,8 @@ def pbsd_loss(
 
         with torch.no_grad():  # the teacher's distribution over [k_i, queue]
             ts, t_key = logits(teacher.detach())
-            p_key, p_queue = queue_softmax(ts, members, bias, extra=t_key)
-            p_members = p_queue @ members  # sum_j p_j m_j: the student's logits never materialise
+            # sum_j p_j m_j, so that the student's logits never meet the teacher's p_j
+            p_key, p_members = queue_softmax_sum(ts, members, members, bias, extra=t_key)
         ss, s_key = logits(student)
         s_lse = queue_logsumexp(ss, members, bias, extra=s_key)
         # -sum_j p_j log softmax(s)_j = lse(s) - sum_j p_j s_j, as the p_j sum to 1
