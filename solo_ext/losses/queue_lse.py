@@ -71,8 +71,8 @@ def empty_buffer_pool() -> None:
 
 # On CPU the logits are made and exponentiated in chunks of about this many bytes of float32
 # logits (columns of the queue), each while it is in cache. One [B, K] product followed by passes
-# over its buffer ran the products slower: the four [320, 128] x [128, 65536] products of PBSD's
-# patch loss took 0.37 s of a step on 2 cores, 0.17 s in chunks.
+# over its buffer ran the products slower: a PBSD step's matrix products, mostly the four
+# [320, 128] x [128, 65536] of its patch loss, took 0.37 s on 2 cores, 0.17 s in chunks.
 CHUNK_BYTES = 4 * 2**20
 MIN_CHUNK_COLUMNS = 256
 
