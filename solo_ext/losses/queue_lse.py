@@ -109,7 +109,7 @@ def _chunk_view(flat: torch.Tensor, rows: int, span: tuple[int, int]) -> torch.T
 
 
 def _log_normaliser(offs, sums, extra):
-    """(top [B], lse [B]) from the chunks' offsets and sums [chunks, B] and the extra logit."""
+    """lse [B] from the chunks' offsets and sums [chunks, B] and the extra logit."""
     top = offs.amax(dim=0)
     if extra is not None:
         top = torch.maximum(top, extra)
@@ -117,7 +117,7 @@ def _log_normaliser(offs, sums, extra):
     total = (sums * (offs - top).exp()).sum(dim=0)
     if extra is not None:
         total = total + (extra - top).exp()
-    return top, top + total.log()
+    return top + total.log()
 
 
 @torch.no_grad()
@@ -134,7 +134,7 @@ def _exp_buffer(qs, queue, bias, extra, pooled: bool = False):
     spans = chunk_spans(rows, k, qs.device)
     parts = [_exp_chunk(qs, queue, bias, s, _chunk_view(flat, rows, s)) for s in spans]
     offs = torch.stack([off for off, _ in parts])
-    _, lse = _log_normaliser(offs, torch.stack([total for _, total in parts]), extra)
+    lse = _log_normaliser(offs, torch.stack([total for _, total in parts]), extra)
     return buf, offs, lse
 
 
@@ -238,7 +238,7 @@ def queue_softmax_sum(
         mix = mix.mul_(old_scale[:, None]).add_(part.mul_(part_scale[:, None]))
         total = total * old_scale + part_total * part_scale
         run = new
-    top, lse = _log_normaliser(run[None], total[None], extra)
+    lse = _log_normaliser(run[None], total[None], extra)
     mix = mix.mul_((run - lse).exp()[:, None])
     p_extra = (extra - lse).exp() if extra is not None else None
     return p_extra, mix
