@@ -70,7 +70,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...], tuple[str, ...], str], ...] = (
         "commands",
         ("",),
         ("bottom", "facts", "config", "data", "eval", "run_backbone", "host", "methods", "runs"),
-        "commands/ (the console commands and their entry plumbing), leaderboard/, bench/, "
+        "commands/ (the console commands and their entry plumbing), leaderboard/, "
         "recipes/, and the python -m forms (pretrain.py knn.py linear.py make_lt.py "
         "dense_probe.py)",
     ),

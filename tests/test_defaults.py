@@ -238,8 +238,6 @@ def test_no_module_writes_a_declared_default_again(tables):
     keys = declared_keys(tables)
     copies = []
     for path in sorted(PACKAGE.rglob("*.py")):
-        if "bench" in path.parts:  # the benchmarks' own model sizes, not config keys
-            continue
         for line, call in literal_defaults(path.read_text(), keys):
             copies.append(f"{path.relative_to(ROOT)}:{line}: {call}")
     assert not copies, "defaults written again:\n" + "\n".join(copies)

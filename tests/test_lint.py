@@ -1,5 +1,5 @@
-"""ruff (lint, import order, format) at line length 100 over the package, the Hydra plugin and
-the tests, with the ruff version the test extra pins."""
+"""ruff (lint, import order, format) at line length 100 over the package, the Hydra plugin, the
+tests, the tools and the benchmarks, with the ruff version the test extra pins."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ RUFF = str(_BESIDE) if _BESIDE.exists() else shutil.which("ruff")
 def test_ruff(args):
     assert RUFF, "ruff is part of the test extra: pip install -e '.[test]'"
     proc = subprocess.run(
-        [RUFF, *args, "solo_ext", "hydra_plugins", "tests", "tools"],
+        [RUFF, *args, "solo_ext", "hydra_plugins", "tests", "tools", "benchmarks"],
         cwd=ROOT,
         capture_output=True,
         text=True,

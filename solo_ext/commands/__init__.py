@@ -1,3 +1,3 @@
 """The console commands (``solo-ext-pretrain``, ``-linear``, ``-knn``, ``-dense-probe``,
-``-make-lt``; the leaderboard and the bench have packages of their own) and what they share
+``-make-lt``; the leaderboard has a package of its own) and what they share
 (``entry``). Each also runs as ``python -m solo_ext.<command>``."""

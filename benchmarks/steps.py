@@ -9,7 +9,8 @@ Each fit's last step (never timed) also runs under ``torch.utils.flop_counter``:
 its matmuls, convolutions and attention, forward and backward. Their ratio is what the method
 costs by its arithmetic, whatever the machine; the time ratio over it is the implementation's
 overhead. The same step counts the operators it dispatches: where the device outruns the host
-(a GPU at a small batch) the time follows their number, not the FLOPs.
+(a GPU at a small batch) the time follows their number, not the FLOPs. On CPU it also measures
+the peak memory of the tensors the step allocates.
 """
 
 from __future__ import annotations
@@ -23,13 +24,11 @@ from typing import Any
 import lightning.pytorch as pl
 import torch
 from omegaconf import DictConfig, OmegaConf
-from torch.profiler import ProfilerActivity
 from torch.utils.data import DataLoader
-from torch.utils.flop_counter import FlopCounterMode, flop_registry
+from torch.utils.flop_counter import FlopCounterMode
 
-from solo_ext.bench.timing import Measurement, OperatorCount
+from benchmarks.timing import Measurement, OperatorCount, PeakBytes
 from solo_ext.host import HOST, METHODS
-from solo_ext.modules.small_map_conv import PROFILED_AS, suspended
 
 # (method, baseline) -> the label of each and its method_kwargs over the published defaults
 PAIRS: list[tuple[tuple[str, str, dict], tuple[str, str, dict]]] = [
@@ -150,95 +149,48 @@ def step_cfg(
 
 
 def _kind(op: object) -> str:
-    """``aten.convolution`` -> ``aten::convolution``: the profiler's name of a counted op."""
+    """``aten.convolution`` -> ``aten::convolution``: the name of a counted operator."""
     return str(op).replace(".", "::", 1)
 
 
-# the operators whose FLOPs torch.utils.flop_counter counts, by their profiler names
-FLOP_KINDS = frozenset(_kind(op) for op in flop_registry)
-
-
-def kind_seconds(events: Any) -> dict[str, float]:
-    """The seconds a profiled step spends in each kind of counted operator: each outermost
-    counted operator's whole time (what it calls included, and nothing counted twice), the
-    per-tap weight gradient's backward counted as the convolution backward whose work it does
-    (:data:`solo_ext.modules.small_map_conv.PROFILED_AS`)."""
-    kinds = {name: name for name in FLOP_KINDS} | PROFILED_AS
-    seconds: dict[str, float] = {}
-    for event in events:
-        kind = kinds.get(event.name)
-        if kind is None:
-            continue
-        parent = event.cpu_parent
-        while parent is not None and parent.name not in kinds:
-            parent = parent.cpu_parent
-        if parent is None:  # not inside another counted one
-            seconds[kind] = seconds.get(kind, 0.0) + event.cpu_time_total / 1e6
-    return seconds
-
-
 class _StepClock(pl.Callback):
-    """The start time of every step; the FLOPs and the operators dispatched of step
-    ``count_flops_at`` (one whole step: forward, backward and optimiser, counted at the
-    dispatcher, with torch's convolutions: the method's arithmetic, not that of the per-tap
-    weight gradients a CPU step takes, :mod:`solo_ext.modules.small_map_conv`); on CPU, the
-    seconds step ``profile_at`` spends in each kind of operator that does FLOPs
-    (``torch.profiler``: convolutions forward and backward, matmuls; :func:`kind_seconds`)."""
+    """The start time of every step; the FLOPs, the operators dispatched and (on CPU) the peak
+    memory of step ``count_at`` (one whole step: forward, backward and optimiser, counted at the
+    dispatcher)."""
 
-    def __init__(
-        self,
-        device: torch.device,
-        count_flops_at: int | None = None,
-        profile_at: int | None = None,
-    ):
+    def __init__(self, device: torch.device, count_at: int | None = None):
         self.device = device
         self.starts: list[float] = []
-        self.count_flops_at = count_flops_at
-        self.profile_at = profile_at if device.type == "cpu" else None
-        self.counter: FlopCounterMode | None = None
+        self.count_at = count_at
+        self.modes: list[Any] = []
         self.flops: int | None = None
         self.kind_flops: dict[str, int] | None = None
-        self.kind_seconds: dict[str, float] | None = None
         self.ops: int | None = None
-        self.op_counter: OperatorCount | None = None
-        self.profiler: torch.profiler.profile | None = None
-        self.torch_convolutions: Any = None
+        self.peak_mib: float | None = None
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         self.starts.append(time.perf_counter())
-        if batch_idx == self.profile_at:
-            self.profiler = torch.profiler.profile(activities=[ProfilerActivity.CPU])
-            self.profiler.__enter__()
-        if batch_idx == self.count_flops_at:
-            self.torch_convolutions = suspended()
-            self.torch_convolutions.__enter__()
-            self.counter = FlopCounterMode(display=False)
-            self.counter.__enter__()
-            self.op_counter = OperatorCount()
-            self.op_counter.__enter__()
+        if batch_idx == self.count_at:
+            self.modes = [FlopCounterMode(display=False), OperatorCount()]
+            if self.device.type == "cpu":
+                self.modes.append(PeakBytes())
+            for mode in self.modes:
+                mode.__enter__()
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        if self.counter is not None:
-            self.op_counter.__exit__(None, None, None)
-            self.ops, self.op_counter = self.op_counter.count, None
-            self.counter.__exit__(None, None, None)
-            self.flops = self.counter.get_total_flops()
-            counts = self.counter.get_flop_counts().get("Global", {})
-            self.kind_flops = {_kind(op): int(n) for op, n in counts.items() if n}
-            self.counter = None
-            self.torch_convolutions.__exit__(None, None, None)
-            self.torch_convolutions = None
-        if self.profiler is not None:
-            self.profiler.__exit__(None, None, None)
-            self.kind_seconds = kind_seconds(self.profiler.events())
-            self.profiler = None
-
-    def on_exception(self, trainer, pl_module, exception) -> None:
-        if self.torch_convolutions is not None:  # the per-tap gradients back for what follows
-            self.torch_convolutions.__exit__(None, None, None)
-            self.torch_convolutions = None
+        if not self.modes:
+            return
+        for mode in reversed(self.modes):
+            mode.__exit__(None, None, None)
+        counter, op_counter, *peak = self.modes
+        self.modes = []
+        self.flops, self.ops = counter.get_total_flops(), op_counter.count
+        counts = counter.get_flop_counts().get("Global", {})
+        self.kind_flops = {_kind(op): int(n) for op, n in counts.items() if n}
+        if peak:
+            self.peak_mib = peak[0].peak / 2**20
 
 
 def _batches(n: int, cfg: DictConfig) -> DataLoader:
@@ -268,12 +220,9 @@ def time_steps(
     warmup: int,
     device: torch.device,
     count_flops: bool = False,
-    profile: bool = False,
 ) -> Measurement:
     """One short fit: ``warmup + steps + 1`` steps, the last ``steps`` intervals are kept; with
-    ``count_flops`` the last (untimed) step's FLOPs too, with ``profile`` (on CPU) its seconds
-    in each kind of counted operator (not both in one step: the profiler would time the
-    counters' Python dispatch inside each operator)."""
+    ``count_flops`` the last (untimed) step's FLOPs, operators and (on CPU) peak memory too."""
     # quiet for the measurement only: the caller's logging level and warning filters come back
     lightning_log = logging.getLogger("lightning.pytorch")
     level = lightning_log.level
@@ -281,7 +230,7 @@ def time_steps(
     try:
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", module="lightning")
-            return _time_steps(cfg, steps, warmup, device, count_flops, profile)
+            return _time_steps(cfg, steps, warmup, device, count_flops)
     finally:
         lightning_log.setLevel(level)
 
@@ -292,12 +241,11 @@ def _time_steps(
     warmup: int,
     device: torch.device,
     count_flops: bool,
-    profile: bool,
 ) -> Measurement:
     torch.manual_seed(0)  # (lightning 2.1, which solo-learn pins, has no quiet seed_everything)
     model = METHODS[cfg.method](cfg).to(memory_format=torch.channels_last)
-    last = warmup + steps  # never timed: counted, or profiled
-    clock = _StepClock(device, last if count_flops else None, last if profile else None)
+    last = warmup + steps  # never timed: counted
+    clock = _StepClock(device, last if count_flops else None)
     trainer = pl.Trainer(
         accelerator=cfg.accelerator,
         devices=1,
@@ -314,10 +262,11 @@ def _time_steps(
         torch.cuda.reset_peak_memory_stats(device)
     trainer.fit(model, _batches(warmup + steps + 1, cfg))
     intervals = [b - a for a, b in zip(clock.starts, clock.starts[1:])][warmup:]
-    peak = torch.cuda.max_memory_allocated(device) / 2**20 if device.type == "cuda" else None
-    return Measurement(
-        intervals, peak, clock.flops, clock.ops, clock.kind_flops, clock.kind_seconds
-    )
+    if device.type == "cuda":
+        peak = torch.cuda.max_memory_allocated(device) / 2**20
+    else:
+        peak = clock.peak_mib
+    return Measurement(intervals, peak, clock.flops, clock.ops, clock.kind_flops)
 
 
 def measure_pairs(
@@ -348,17 +297,12 @@ def measure_pairs(
         results = {label: Measurement() for label in cfgs}
         for r in range(rounds):
             for label, cfg in cfgs.items():
-                # the first round counts the FLOPs of its last step, the others profile theirs
-                got = time_steps(cfg.copy(), steps, warmup, device, r == 0, r > 0)
+                # the first round counts the work of its last step
+                got = time_steps(cfg.copy(), steps, warmup, device, r == 0)
                 results[label].seconds += got.seconds
                 results[label].flops = results[label].flops or got.flops
                 results[label].ops = results[label].ops or got.ops
                 results[label].kind_flops = results[label].kind_flops or got.kind_flops
-                if got.kind_seconds is not None:  # the mean of the profiled steps
-                    total = results[label].kind_seconds or {}
-                    for kind, sec in got.kind_seconds.items():
-                        total[kind] = total.get(kind, 0.0) + sec / (rounds - 1)
-                    results[label].kind_seconds = total
                 if got.peak_mib is not None:
                     results[label].peak_mib = max(results[label].peak_mib or 0.0, got.peak_mib)
         first = len(rows)
@@ -377,9 +321,8 @@ def measure_pairs(
                     "ops": res.ops,
                     "peak_mib": res.peak_mib,
                     "images_per_s": batch_size / res.median,
-                    # one step's FLOPs and (on CPU) seconds in each kind of counted operator
+                    # one step's FLOPs by kind of counted operator
                     "kind_gflops": _per_kind(res.kind_flops, 1e-9),
-                    "kind_seconds": _per_kind(_counted(res), 1.0),
                 }
             )
         if done is not None:
@@ -389,11 +332,3 @@ def measure_pairs(
 
 def _per_kind(values: dict[str, float] | None, scale: float) -> dict[str, float] | None:
     return None if values is None else {k: v * scale for k, v in sorted(values.items())}
-
-
-def _counted(res: Measurement) -> dict[str, float] | None:
-    """The profiled seconds of the kinds the FLOP counter counted (the profiler also names the
-    calls nested in them, e.g. ``aten::_convolution`` in ``aten::convolution``)."""
-    if res.kind_seconds is None or res.kind_flops is None:
-        return res.kind_seconds
-    return {k: v for k, v in res.kind_seconds.items() if k in res.kind_flops}

@@ -45,7 +45,7 @@ from typing import Any
 
 import numpy as np
 
-from solo_ext.bench.timing import Measurement
+from benchmarks.timing import Measurement
 
 REFERENCE = "solo-learn"
 CANDIDATES = {"sampled": "instance", "sampled_class_balanced": "class_balanced"}
@@ -205,7 +205,7 @@ def reader_pipeline(
 
     pipe = pipeline(batch_size=batch_size, num_threads=num_threads, device_id=device_id, seed=seed)
     pipe.build()
-    return pipe, "solo_ext.bench.loaders.reader_pipeline (solo-learn's reader settings)"
+    return pipe, "benchmarks.loaders.reader_pipeline (solo-learn's reader settings)"
 
 
 def sampled_pipeline(

@@ -1,14 +1,16 @@
-"""``python -m solo_ext.bench``: loss kernels, training steps and DALI training loaders against
-their references.
+"""``python -m benchmarks`` (from the repository's root): loss kernels, training steps and
+DALI training loaders against their references.
 
-    python -m solo_ext.bench                      # everything, official kernel sizes
-    python -m solo_ext.bench --what kernels --kernels dscl --json bench.json
-    python -m solo_ext.bench --what loaders --device cpu --loader-threads 2
-    python -m solo_ext.bench --tiny               # seconds: checks the runner itself
+    python -m benchmarks                      # everything, official kernel sizes
+    python -m benchmarks --what kernels --kernels dscl --json bench.json
+    python -m benchmarks --what loaders --device cpu --loader-threads 2
+    python -m benchmarks --tiny               # seconds: checks the runner itself
 
-Prints one table (medians, ratios against each reference measured in the same run) and, with
-``--json``, writes the rows and the machine they ran on. ``loaders`` (part of everything) needs
-NVIDIA DALI; without it, it prints one line and is skipped.
+Prints one table and, with ``--json``, writes the rows and the machine they ran on. On a GPU the
+table gives times, their ratios against each reference measured in the same run, images/s and
+peak memory; on CPU it gives the counted work (FLOPs, operators dispatched, peak memory) and
+times only as ratios measured in the same run. ``loaders`` (part of everything) needs NVIDIA DALI;
+without it, it prints one line and is skipped.
 """
 
 from __future__ import annotations
@@ -25,9 +27,9 @@ from typing import Any
 
 import torch
 
-from solo_ext.bench import kernels as K
-from solo_ext.bench.loaders import LoaderSizes
-from solo_ext.bench.timing import measure
+from benchmarks import kernels as K
+from benchmarks.loaders import LoaderSizes
+from benchmarks.timing import measure
 
 
 def machine(device: torch.device) -> dict[str, Any]:
@@ -39,9 +41,6 @@ def machine(device: torch.device) -> dict[str, Any]:
         "torch": torch.__version__,
         "device": str(device),
     }
-    from solo_ext.modules.cpu_memory import freed_cpu_memory_kept
-
-    info["keep_freed_cpu_memory"] = freed_cpu_memory_kept()  # glibc's blocks kept for reuse
     if device.type == "cuda":
         info["gpu"] = torch.cuda.get_device_name(device)
     from solo_ext.host import HOST
@@ -94,40 +93,16 @@ def add_step_ratios(rows: list[dict]) -> None:
             r["flops_ratio_vs_reference"] = r["gflops"] / ref["gflops"]
         if r.get("ops") and ref.get("ops"):
             r["ops_ratio_vs_reference"] = r["ops"] / ref["ops"]
-        weighted = _flops_ratio_at_reference_rates(r, ref)
-        if weighted is not None:
-            r["flops_ratio_at_reference_rates"] = weighted
 
 
-def _flops_ratio_at_reference_rates(row: dict, ref: dict) -> float | None:
-    """The FLOP ratio with each FLOP weighted by the seconds the reference's step spends on a
-    FLOP of its kind (convolution forward, convolution backward, matmul, ...): the time ratio a
-    step would have if it ran every kind of arithmetic at the reference's speed. Where a
-    backward convolution runs at a lower FLOP rate than a forward one (oneDNN on AVX2 cores),
-    a step that adds backward passes costs more than its plain FLOP ratio says. A kind the
-    reference lacks is weighted by the reference's mean rate. None without the profiles (a GPU
-    run)."""
-    flops, ref_flops, ref_sec = (
-        row.get("kind_gflops"),
-        ref.get("kind_gflops"),
-        ref.get("kind_seconds"),
-    )
-    if not flops or not ref_flops or not ref_sec:
-        return None
-    rates = {k: ref_sec[k] / f for k, f in ref_flops.items() if f > 0 and ref_sec.get(k)}
-    if not rates:
-        return None
-    mean = sum(ref_sec[k] for k in rates) / sum(ref_flops[k] for k in rates)
-    mine = sum(f * rates.get(k, mean) for k, f in flops.items())
-    return mine / sum(f * rates.get(k, mean) for k, f in ref_flops.items())
-
-
-def format_table(rows: list[dict]) -> str:
-    lines = [
-        "| kind | benchmark | shape | candidate | median ms | IQR ms | ratio | GFLOP (ratio) "
-        "| operators (ratio) | peak MiB | images/s |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
-    ]
+def format_table(rows: list[dict], device: str = "cuda") -> str:
+    """The rows as a markdown table; on CPU without the times themselves (their ratios only)."""
+    timed = device != "cpu"
+    head = ["kind", "benchmark", "shape", "candidate"]
+    head += ["median ms", "IQR ms"] if timed else []
+    head += ["time ratio", "GFLOP (ratio)", "operators (ratio)", "peak MiB"]
+    head += ["images/s"] if timed else []
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         if r["kind"] == "kernel":
             ratio = (
@@ -142,19 +117,20 @@ def format_table(rows: list[dict]) -> str:
         if r.get("gflops") is not None:
             flops = f"{r['gflops']:.1f}"
             if "flops_ratio_vs_reference" in r:
-                flops += f" ({r['flops_ratio_vs_reference']:.3f}x"
-                if "flops_ratio_at_reference_rates" in r:
-                    flops += f"; {r['flops_ratio_at_reference_rates']:.3f}x at ref. rates"
-                flops += ")"
+                flops += f" ({r['flops_ratio_vs_reference']:.3f}x)"
         ops = "n/a" if r.get("ops") is None else str(r["ops"])
         if "ops_ratio_vs_reference" in r:
             ops += f" ({r['ops_ratio_vs_reference']:.3f}x)"
-        iqr = f"{1000 * r['q1_s']:.1f}-{1000 * r['q3_s']:.1f}"
-        rate = "n/a" if r.get("images_per_s") is None else f"{r['images_per_s']:.0f}"
-        lines.append(
-            f"| {r['kind']} | {r['name']} | {r['shape']} | {r['candidate']} "
-            f"| {1000 * r['median_s']:.1f} | {iqr} | {ratio} | {flops} | {ops} | {peak} | {rate} |"
-        )
+        cells = [r["kind"], r["name"], r["shape"], r["candidate"]]
+        if timed:
+            cells += [
+                f"{1000 * r['median_s']:.1f}",
+                f"{1000 * r['q1_s']:.1f}-{1000 * r['q3_s']:.1f}",
+            ]
+        cells += [ratio, flops, ops, peak]
+        if timed:
+            cells.append("n/a" if r.get("images_per_s") is None else f"{r['images_per_s']:.0f}")
+        lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
@@ -166,7 +142,7 @@ def loader_rows(args: argparse.Namespace, device: torch.device) -> list[dict]:
     if not dali_installed():
         print("loaders: skipped, NVIDIA DALI is not installed (pip install -e '.[dali]')")
         return []
-    from solo_ext.bench.loaders import measure_loaders
+    from benchmarks.loaders import measure_loaders
 
     sizes = dataclasses.replace(
         LoaderSizes.tiny() if args.tiny else LoaderSizes(),
@@ -200,7 +176,7 @@ def _at_least(low: int):
 def check_step_args(p: argparse.ArgumentParser, args: argparse.Namespace, device_type: str):
     """Unknown ``--pairs`` and a backbone / crop the config checks refuse stop the run in one
     line, before anything is measured."""
-    from solo_ext.bench.steps import pairs, step_cfg
+    from benchmarks.steps import pairs, step_cfg
     from solo_ext.config import ConfigError
 
     known = sorted({key for (name, method, _), _ in pairs() for key in (name, method)})
@@ -214,9 +190,7 @@ def check_step_args(p: argparse.ArgumentParser, args: argparse.Namespace, device
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    p = argparse.ArgumentParser(
-        prog="python -m solo_ext.bench", description=__doc__.splitlines()[0]
-    )
+    p = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.splitlines()[0])
     p.add_argument("--what", choices=["kernels", "steps", "loaders", "all"], default="all")
     p.add_argument("--kernels", nargs="+", choices=sorted(K.KERNELS), default=sorted(K.KERNELS))
     p.add_argument("--sizes", choices=sorted(K.SIZES), default="official")
@@ -246,8 +220,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "--rounds",
         type=_at_least(1),
         default=3,
-        help="fits of each method (the first counts FLOPs, the others profile their arithmetic "
-        "on CPU) / epochs of each loader, interleaved",
+        help="fits of each method (the first counts its step's work) / epochs of each loader, "
+        "interleaved",
     )
     p.add_argument("--pairs", nargs="+", help="only these methods' step pairs (e.g. dscl)")
     p.add_argument("--loader-images", type=_at_least(1), default=1024, help="loader: images")
@@ -268,7 +242,6 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = p.parse_args(argv)
     if args.tiny:
         args.sizes, args.repeats, args.warmup = "tiny", 1, 0
-        # (two rounds: the first counts each fit's FLOPs, the second profiles it)
         args.batch_size, args.steps, args.rounds = 4, 1, 2
         tiny = LoaderSizes.tiny()
         args.loader_images, args.loader_image_size = tiny.images, tiny.image_size
@@ -285,12 +258,6 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if args.what in ("steps", "all"):
         check_step_args(p, args, device.type)
 
-    if device.type == "cpu":
-        # what solo-ext's methods set when they train on CPU, here before any measurement: every
-        # row, solo-learn's own methods' included, runs with the same allocator settings
-        from solo_ext.modules.cpu_memory import keep_freed_cpu_memory
-
-        keep_freed_cpu_memory()
     result = {"machine": machine(device), "args": {k: str(v) for k, v in vars(args).items()}}
     rows: list[dict] = []
     result["rows"] = rows
@@ -307,7 +274,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if args.what in ("kernels", "all"):
         kernel_rows(args.kernels, args.sizes, device, args.warmup, args.repeats, done=keep)
     if args.what in ("steps", "all"):
-        from solo_ext.bench.steps import measure_pairs
+        from benchmarks.steps import measure_pairs
 
         def keep_pair(pair_rows: list[dict]) -> None:
             add_step_ratios(pair_rows)
@@ -328,7 +295,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if args.what in ("loaders", "all"):
         keep(loader_rows(args, device))
     print(f"machine: {json.dumps(result['machine'])}")
-    print(format_table(rows))
+    print(format_table(rows, device.type))
     return result
 
 

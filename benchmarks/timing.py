@@ -17,16 +17,14 @@ from torch.utils._pytree import tree_leaves
 @dataclass
 class Measurement:
     """Seconds per call (one per round), the peak memory above the start in MiB (on CPU: of
-    the tensors the call allocates; None for CPU training steps) and, for training steps, the
-    FLOPs and the operators dispatched of one step; on CPU also, by operator kind (``aten::``
-    name), the FLOPs of one step and the seconds the untimed steps spent in it."""
+    the tensors the call, or a step's counted call, allocates) and, for training steps, the
+    FLOPs (also by operator kind, ``aten::`` name) and the operators dispatched of one step."""
 
     seconds: list[float] = field(default_factory=list)
     peak_mib: float | None = None
     flops: int | None = None
     ops: int | None = None
     kind_flops: dict[str, int] | None = None
-    kind_seconds: dict[str, float] | None = None
 
     @property
     def median(self) -> float:
@@ -54,7 +52,7 @@ class OperatorCount(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
-class _PeakBytes(TorchDispatchMode):
+class PeakBytes(TorchDispatchMode):
     """While active, the bytes of the CPU storages that operators create and that are still
     alive, and their maximum. A view or an in-place result shares a known storage and adds
     nothing; a storage's bytes are released when its last tensor dies."""
@@ -85,12 +83,8 @@ class _PeakBytes(TorchDispatchMode):
 
 
 def cpu_peak_mib(fn: Callable[[], object]) -> float:
-    """Peak memory of the tensors ``fn`` allocates on the CPU, in MiB. solo-ext's buffer pool is
-    emptied first, so buffers it would lend count as allocated."""
-    from solo_ext.losses.queue_lse import empty_buffer_pool
-
-    empty_buffer_pool()
-    with _PeakBytes() as tracker:
+    """Peak memory of the tensors ``fn`` allocates on the CPU, in MiB."""
+    with PeakBytes() as tracker:
         fn()
     return tracker.peak / 2**20
 
