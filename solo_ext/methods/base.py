@@ -9,7 +9,6 @@ across keys; they stay thin.
 from __future__ import annotations
 
 import contextlib
-import functools
 import inspect
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -38,10 +37,8 @@ from solo_ext.host import (
 )
 from solo_ext.methods.schedules import SCHEDULES, check_schedule, warmup_step
 from solo_ext.modules import build_mlp
-from solo_ext.modules.cpu_memory import keep_freed_cpu_memory
 from solo_ext.modules.feature_maps import feature_map, last_feature_map
 from solo_ext.modules.queue import KeyQueue, LabeledQueue
-from solo_ext.modules.small_map_conv import small_map_weight_grad
 
 
 def _meta_pass(
@@ -63,21 +60,6 @@ def _meta_pass(
                 f"backbone.name={name!r} does not take the {size} px {what} of "
                 f"method={cfg.method!r} ({reason}){hint}"
             ) from None
-
-
-def _small_map_step(step: Callable) -> Callable:
-    """``step`` run under :func:`small_map_weight_grad` on CPU (the weight gradient of small-map
-    convolutions per kernel tap); elsewhere as it is."""
-
-    @functools.wraps(step)
-    def training_step(self, *args: Any, **kwargs: Any) -> Any:
-        if self.device.type != "cpu":
-            return step(self, *args, **kwargs)
-        with small_map_weight_grad():
-            return step(self, *args, **kwargs)
-
-    training_step.small_map_step = True
-    return training_step
 
 
 def require_spatial_map(cfg: DictConfig) -> None:
@@ -152,8 +134,6 @@ class SoloExtMethod:
       head trained with their loss) also log that head's validation top-1 / top-5 as
       ``val_head_acc1`` / ``val_head_acc5`` and, on long-tailed data, its Many / Medium / Few
       top-1 as ``val_head_acc1_<group>``; they define ``head_logits``.
-    - On CPU every ``training_step`` a subclass defines runs under :func:`small_map_weight_grad`
-      (the weight gradient of small-map convolutions per kernel tap, to float rounding).
     """
 
     JOINT_HEAD = False
@@ -169,9 +149,6 @@ class SoloExtMethod:
         own = inspect.cleandoc(vars(cls).get("__doc__") or "")
         listed = options_docstring(getattr(cls, "METHOD_KWARGS", {}))
         cls.__doc__ = f"{own}\n\n{listed}" if own else listed
-        step = vars(cls).get("training_step")
-        if step is not None and not getattr(step, "small_map_step", False):
-            cls.training_step = _small_map_step(step)
 
     @classmethod
     def add_and_assert_specific_cfg(cls, cfg: DictConfig) -> DictConfig:
@@ -248,13 +225,6 @@ class SoloExtMethod:
                 omegaconf_select(self.cfg, "data.many_threshold", MANY_THRESHOLD),
                 omegaconf_select(self.cfg, "data.few_threshold", FEW_THRESHOLD),
             )
-
-    def on_fit_start(self) -> None:
-        """On CPU, freed activations stay in the process for the next step
-        (:func:`keep_freed_cpu_memory`: no page faults for blocks above glibc's mmap threshold)."""
-        super().on_fit_start()
-        if self.device.type == "cpu":
-            keep_freed_cpu_memory()
 
     def check_finite(self, terms: dict[str, torch.Tensor]) -> None:
         """Stops the run when a loss term is NaN or infinite, naming it, before the backward

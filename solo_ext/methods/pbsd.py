@@ -50,7 +50,6 @@ from solo_ext.losses.pbsd import pbsd_loss
 from solo_ext.methods.base import require_input_size, require_spatial_map
 from solo_ext.methods.dscl import DecoupledLoss
 from solo_ext.methods.scl import SCL, StepTerm
-from solo_ext.modules.grouped_norm import grouped_batch_norm
 from solo_ext.modules.patches import DevicePatchAugment, crop_boxes, roi_pool, sample_boxes
 
 
@@ -245,24 +244,15 @@ class PatchDistillation(StepTerm):
         with torch.no_grad():  # the teacher side only gives targets
             pooled = roi_pool(out["fmap"][0], boxes, images.shape[-1])
             teacher = F.normalize(method.projector(pooled), dim=-1)
-        # one batch of B per patch index, as published (each with its own BatchNorm
-        # statistics): one call of L x B, index-major, whose BatchNorm layers normalise and
-        # count each index's B apart; L calls where a layer cannot (SyncBatchNorm)
-        b, num = patches.shape[:2]
-        nets = (method.backbone, method.projector)
-        with grouped_batch_norm(nets, num) as grouped:
-            if grouped:
-                flat = method.channels_last(patches.transpose(0, 1).flatten(0, 1))
-                z = F.normalize(method.projector(method.backbone(flat)), dim=-1)
-                student = z.view(num, b, -1).transpose(0, 1)
-        if not grouped:
-            student = torch.stack(
-                [
-                    F.normalize(method.projector(method.backbone(method.channels_last(p))), dim=-1)
-                    for p in patches.unbind(1)
-                ],
-                dim=1,
-            )
+        # one batch of B per patch index, as published: each call's BatchNorm layers see
+        # that index's B patches apart (their statistics and running means)
+        student = torch.stack(
+            [
+                F.normalize(method.projector(method.backbone(method.channels_last(p))), dim=-1)
+                for p in patches.unbind(1)
+            ],
+            dim=1,
+        )
         student = student.flatten(0, 1)  # [B, L, D] -> [B * L, D], box order
         # the key of the image seen from the other large crop, as for the first crop's query
         keys = out["momentum_z"][1]
