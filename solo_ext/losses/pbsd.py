@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 
 from solo_ext.common import EMPTY
-from solo_ext.losses.queue_lse import queue_logsumexp, queue_softmax_sum, slot_bias
+from solo_ext.losses.queue_lse import queue_logsumexp, slot_bias
 
 
 def pbsd_loss(
@@ -52,10 +52,11 @@ def pbsd_loss(
             zs = z.float() / temperature
             return zs, (zs * keys).sum(dim=1)
 
-        with torch.no_grad():  # the teacher's distribution over [k_i, queue]
+        with torch.no_grad():  # the teacher's distribution p over [k_i, queue]
             ts, t_key = logits(teacher.detach())
-            # sum_j p_j m_j, so that the student's logits never meet the teacher's p_j
-            p_key, p_members = queue_softmax_sum(ts, members, members, bias, extra=t_key)
+            p = torch.cat([t_key[:, None], torch.addmm(bias, ts, members.T)], dim=1).softmax(1)
+            # sum_j p_j m_j, so that the student's [B * L, K] logits never meet the p_j
+            p_key, p_members = p[:, 0], p[:, 1:] @ members
         ss, s_key = logits(student)
         s_lse = queue_logsumexp(ss, members, bias, extra=s_key)
         # -sum_j p_j log softmax(s)_j = lse(s) - sum_j p_j s_j, as the p_j sum to 1
