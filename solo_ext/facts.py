@@ -16,6 +16,8 @@ IMAGENET_STATS: Stats = ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
 CIFAR10_STATS: Stats = ((0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616))
 CIFAR100_STATS: Stats = ((0.5071, 0.4865, 0.4409), (0.2673, 0.2564, 0.2762))
 SYNTHETIC_STATS: Stats = ((0.5, 0.5, 0.5), (0.25, 0.25, 0.25))
+# Fashion-MNIST's training images (grey, given as RGB: the same in the three channels)
+FASHION_MNIST_STATS: Stats = ((0.2860, 0.2860, 0.2860), (0.3530, 0.3530, 0.3530))
 
 # Many (> many_threshold training images), medium, few (< few_threshold): ImageNet-LT's split.
 MANY_THRESHOLD = 100
@@ -39,9 +41,11 @@ class DatasetFacts:
         long_tailed: the training split follows a long-tailed profile (Many / Medium / Few).
         split_files: default (train, val) split-file names of the published benchmarks.
         source: where the images come from: ``image_folder`` (class folders),
-            ``torchvision`` (CIFAR's archives), ``split_files`` (a root and the published
-            lists) or ``generated`` (made in memory, both splits always there).
-        images_per_class: training images per class of the full set, where fixed (CIFAR).
+            ``torchvision`` (CIFAR's archives), ``idx`` (Fashion-MNIST's four IDX files, read
+            with torchvision), ``split_files`` (a root and the published lists) or
+            ``generated`` (made in memory, both splits always there).
+        images_per_class: training images per class of the full set, where fixed (CIFAR,
+            Fashion-MNIST): a long-tailed profile's head class by default.
         archive_dir: the folder torchvision unpacks the archive into (CIFAR).
         default_imbalance: the imbalance factor of a long-tailed profile when none is given.
         default_classes: the class count when the config gives none (generated data).
@@ -71,6 +75,7 @@ class DatasetFacts:
 
 _CIFAR10 = dict(source="torchvision", images_per_class=5000, archive_dir="cifar-10-batches-py")
 _CIFAR100 = dict(source="torchvision", images_per_class=500, archive_dir="cifar-100-python")
+_FASHION = dict(source="idx", images_per_class=6000)
 _LT = dict(long_tailed=True, default_imbalance=100)
 
 DATASETS: dict[str, DatasetFacts] = {
@@ -83,6 +88,11 @@ DATASETS: dict[str, DatasetFacts] = {
     # solo-ext's long-tailed datasets
     "cifar10_lt": DatasetFacts(10, CIFAR10_STATS, 32, True, "cifar10", **_LT, **_CIFAR10),
     "cifar100_lt": DatasetFacts(100, CIFAR100_STATS, 32, True, "cifar100", **_LT, **_CIFAR100),
+    # Zalando's product photos, 28 px grey (Xiao et al., 2017); at imbalance 100 the profile is
+    # 6000 ... 60 images: the ImageNet-LT thresholds give 8 many and 2 medium classes, none few
+    # (from a head class of 1000 (data.lt_n_max): 5 many, 3 medium, 2 few)
+    "fashion_mnist": DatasetFacts(10, FASHION_MNIST_STATS, 28, True, balanced=True, **_FASHION),
+    "fashion_mnist_lt": DatasetFacts(10, FASHION_MNIST_STATS, 28, True, **_LT, **_FASHION),
     "imagenet_lt": DatasetFacts(
         1000,
         solo_name="imagenet",

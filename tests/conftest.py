@@ -203,3 +203,32 @@ def mains_in_one_process(
         label: (*results.get(label, (-1, [])), own(proc.stdout, label), own(proc.stderr, label))
         for label, *_ in runs
     }
+
+
+def write_fashion_mnist(
+    root: Path, train_per_class: int = 30, test_per_class: int = 4, gz: bool = True
+) -> Path:
+    """The four Fashion-MNIST IDX files, tiny (10 classes, 28x28), written under ``root``: the
+    labels cycle through the classes, and an image of class c is c * 20 plus noise."""
+    import gzip
+
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    root.mkdir(parents=True, exist_ok=True)
+    for prefix, per_class in (("train", train_per_class), ("t10k", test_per_class)):
+        labels = np.tile(np.arange(10, dtype=np.uint8), per_class)
+        noise = rng.integers(0, 20, (labels.size, 28, 28))
+        images = (labels[:, None, None].astype(np.int64) * 20 + noise).astype(np.uint8)
+        for kind, array in (("images-idx3", images), ("labels-idx1", labels)):
+            head = bytes([0, 0, 8, array.ndim]) + b"".join(
+                n.to_bytes(4, "big") for n in array.shape
+            )
+            name = root / f"{prefix}-{kind}-ubyte"
+            payload = head + array.tobytes()
+            if gz:
+                with gzip.open(f"{name}.gz", "wb") as f:
+                    f.write(payload)
+            else:
+                name.write_bytes(payload)
+    return root

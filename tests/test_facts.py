@@ -34,9 +34,17 @@ def test_photographs_are_resized_and_centre_cropped_with_imagenet_statistics():
 
 
 def test_every_long_tailed_name_is_solo_ext_only():
-    """solo-learn knows no long-tailed name: the bridge must add every one of them."""
-    assert set(facts.LONG_TAILED) == set(facts.SOLO_EXT_ONLY)
+    """solo-learn knows no long-tailed name, nor Fashion-MNIST: the bridge must add them."""
+    assert set(facts.LONG_TAILED) | {"fashion_mnist"} == set(facts.SOLO_EXT_ONLY)
     assert not set(facts.SOLO_EXT_ONLY) & {"cifar10", "cifar100", "imagenet", "custom"}
+
+
+@pytest.mark.parametrize("name", ["fashion_mnist", "fashion_mnist_lt"])
+def test_fashion_mnist_is_evaluated_at_its_28_px_with_the_small_stem(name):
+    ops = build_eval_transform(name, 28).transforms
+    assert [type(op) for op in ops] == [T.ToTensor, T.Normalize]  # no resize, no centre crop
+    assert tuple(ops[-1].mean) == facts.FASHION_MNIST_STATS[0]
+    assert facts.DATASETS[name].small_image_stem and facts.DATASETS[name].native_size == 28
 
 
 @pytest.mark.parametrize(

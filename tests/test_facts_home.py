@@ -44,15 +44,16 @@ def test_no_module_branches_on_a_dataset_name(path):
 
 def test_the_facts_say_what_the_names_did():
     assert SOLO_EXT_ONLY == (
-        "cifar10_lt", "cifar100_lt", "imagenet_lt", "places_lt", "inat2018", "custom_lt",
-        "synthetic_lt",
+        "cifar10_lt", "cifar100_lt", "fashion_mnist", "fashion_mnist_lt", "imagenet_lt",
+        "places_lt", "inat2018", "custom_lt", "synthetic_lt",
     )  # fmt: skip
     assert [n for n, f in DATASETS.items() if f.source == "generated"] == ["synthetic_lt"]
     assert {n: f.images_per_class for n, f in DATASETS.items() if f.images_per_class} == {
         "cifar10": 5000, "cifar100": 500, "cifar10_lt": 5000, "cifar100_lt": 500,
+        "fashion_mnist": 6000, "fashion_mnist_lt": 6000,
     }  # fmt: skip
     assert {n for n, f in DATASETS.items() if f.balanced} == {
-        "cifar10", "cifar100", "imagenet100", "imagenet",
+        "cifar10", "cifar100", "imagenet100", "imagenet", "fashion_mnist",
     }  # fmt: skip
     assert facts("synthetic_lt").default_imbalance == 10 and facts("imagenet_lt").long_tailed
     assert all(f.default_imbalance == 100 for n, f in DATASETS.items()

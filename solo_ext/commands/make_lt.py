@@ -5,7 +5,8 @@
 
 writes ``<out>/train/<class>/...`` (the long-tailed training images), ``<out>/val/<class>/...``
 (the balanced evaluation split) and ``<out>/counts.json``. Images stored as files are linked
-(``--copy`` copies them); in-memory ones (CIFAR, synthetic_lt) are written as PNG. solo-learn's
+(``--copy`` copies them); in-memory ones (CIFAR, Fashion-MNIST, synthetic_lt) are written as
+PNG. solo-learn's
 own ``main_pretrain.py`` then trains on exactly this subset with ``data.dataset=custom``
 ``data.train_path=<out>/train`` (image_folder or DALI format).
 """
@@ -85,17 +86,24 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="solo-ext-make-lt", description=__doc__.splitlines()[0])
     p.add_argument("--dataset", required=True, choices=LONG_TAILED)
     p.add_argument("--out", required=True, help="new (or empty) directory to write")
-    p.add_argument("--train_path", help="data root (CIFAR folder, ImageFolder, dataset root)")
+    p.add_argument(
+        "--train_path",
+        help="data root (CIFAR folder, Fashion-MNIST's IDX folder, ImageFolder, dataset root)",
+    )
     p.add_argument("--val_path", help="validation root (default: as the data set defines)")
     p.add_argument("--imbalance_factor", type=float)
     p.add_argument("--seed", type=int, default=0, help="which images are kept (data.lt_seed)")
     p.add_argument("--num_classes", type=int)
     p.add_argument("--train_split_file")
     p.add_argument("--val_split_file")
-    p.add_argument("--lt_n_max", type=int, help="custom_lt: images of the head class")
+    p.add_argument(
+        "--lt_n_max", type=int, help="images of the head class (default: all of a class)"
+    )
     p.add_argument("--many_threshold", type=int, default=100)
     p.add_argument("--few_threshold", type=int, default=20)
-    p.add_argument("--download", action="store_true", help="let torchvision download CIFAR")
+    p.add_argument(
+        "--download", action="store_true", help="let torchvision download CIFAR / Fashion-MNIST"
+    )
     p.add_argument("--copy", action="store_true", help="copy image files instead of linking")
     return p
 

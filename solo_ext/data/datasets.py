@@ -73,9 +73,19 @@ def _image_folder(path: str, mode: str, key: str, transform: Callable | None = N
 
 
 def _torchvision(dataset: str) -> Any:
-    """The torchvision dataset class of a dataset whose archives torchvision reads, else None."""
+    """The torchvision dataset class of a dataset whose files torchvision reads, else None."""
     f = F.facts(dataset)
+    if f.source == "idx":
+        from solo_ext.data.idx import FashionMNISTFolder
+
+        return FashionMNISTFolder
     return TORCHVISION[f.solo_name] if f.source == "torchvision" else None
+
+
+def lt_head(data: DictConfig) -> int:
+    """The head class's images of a long-tailed profile cut from a dataset of fixed size
+    (CIFAR, Fashion-MNIST): ``data.lt_n_max``, else every image of a class."""
+    return data.get("lt_n_max") or F.facts(data.dataset).images_per_class
 
 
 def _check_dir(key: str, path: str | None, dataset: str) -> None:
@@ -108,6 +118,12 @@ def fill_data_cfg(cfg: DictConfig) -> DictConfig:
         data[key] = select(cfg, f"data.{key}", default)
     if dataset in LONG_TAILED and data.imbalance_factor is None:
         data.imbalance_factor = F.facts(dataset).default_imbalance
+    per_class = F.facts(dataset).images_per_class
+    if dataset in LONG_TAILED and per_class and (data.lt_n_max or 0) > per_class:
+        raise ConfigError(
+            f"data.lt_n_max={data.lt_n_max}: data.dataset={dataset!r} has {per_class} training "
+            "images a class"
+        )
     check_choice("data.format", data.format, DATA_OPTIONS["format"].choices)
     if data.format == "dali":
         from solo_ext.data.dali import check_dali
@@ -147,6 +163,16 @@ def fill_data_cfg(cfg: DictConfig) -> DictConfig:
                     f"data.{key}={data[key]!r}: no {f.archive_dir}/ inside; "
                     "set data.download=true to let torchvision download it"
                 )
+    elif f.source == "idx":
+        expected = f.classes
+        data.val_path = data.val_path or data.train_path  # the four files hold both splits
+        _check_dir("data.train_path", data.train_path, dataset)
+        if not data.download:
+            from solo_ext.data.idx import check_idx_folder
+
+            for key in dict.fromkeys(("train_path", "val_path")):
+                _check_dir(f"data.{key}", data[key], dataset)
+                check_idx_folder(data[key], f"data.{key}")
     elif f.source == "split_files":
         train_file, val_file = f.split_files
         expected = select(cfg, "data.num_classes", f.classes)
@@ -214,7 +240,7 @@ def build_dataset(data: DictConfig, split: str, transform: Callable | None) -> D
             transform=transform,
             **thresholds,
         )
-    if f.source == "torchvision":
+    if f.source in ("torchvision", "idx"):
         base = _torchvision(dataset)(
             path,
             train=split == "train",
@@ -223,8 +249,8 @@ def build_dataset(data: DictConfig, split: str, transform: Callable | None) -> D
         )
         if not f.long_tailed:
             return base
-        n_max = f.images_per_class
-        return _long_tailed(data, split, base, base.targets, base.classes, n_max, transform)
+        targets = [int(t) for t in base.targets]
+        return _long_tailed(data, split, base, targets, base.classes, lt_head(data), transform)
     key = "data.train_path" if split == "train" else "data.val_path"
     if f.long_tailed:  # an image folder cut to a long-tailed profile
         base = _image_folder(path, data.bad_images, key)
@@ -335,13 +361,14 @@ def long_tail_counts(data: DictConfig) -> list[int] | None:
     """Training images per class of a long-tailed ``data`` section checked by
     :func:`fill_data_cfg` (an image folder: its ``counts.json``); None for balanced data.
 
-    CIFAR-LT's counts are its profile: nothing is read (or downloaded) to know them.
+    CIFAR-LT's and Fashion-MNIST-LT's counts are their profile: nothing is read (or downloaded)
+    to know them.
     """
     f = F.facts(data.dataset)
     if f.long_tailed and f.images_per_class is not None:
         from solo_ext.data.longtail import lt_counts
 
-        return lt_counts(f.images_per_class, data.num_classes, data.imbalance_factor)
+        return lt_counts(lt_head(data), data.num_classes, data.imbalance_factor)
     if f.long_tailed:
         quick = OmegaConf.merge(data, {"bad_images": "off"})  # counting opens no image
         return train_class_counts(build_dataset(quick, "train", None))

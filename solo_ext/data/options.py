@@ -36,7 +36,8 @@ DATA_OPTIONS: dict[str, Option] = {
     "num_classes": Option(None, "int", 2, nullable=True),  # None: the data decides
 }
 # the keys of the long-tailed datasets (imbalance_factor None: 100, synthetic_lt 10; lt_n_max,
-# custom_lt's largest class: None, the largest profile every class of the source can fill)
+# the head class's images: None, all of a class (CIFAR, Fashion-MNIST) or, for custom_lt, the
+# largest profile every class of the source can fill)
 LT_OPTIONS: dict[str, Option] = {
     "imbalance_factor": Option(None, "float", 1, nullable=True),
     "lt_seed": Option(0, "int", 0),
