@@ -74,6 +74,8 @@ def kernel_rows(
                     "q1_s": res.quartiles[0],
                     "q3_s": res.quartiles[1],
                     "peak_mib": res.peak_mib,
+                    "gflops": res.flops / 1e9,
+                    "ops": res.ops,
                     "ratio_vs_floor": res.median / results["floor"].median,
                     "ratio_vs_straightforward": res.median / results["straightforward"].median,
                 }

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
+from torch.utils.flop_counter import FlopCounterMode
 
 
 @dataclass
@@ -100,8 +101,9 @@ def measure(
     warmup: int = 1,
     repeats: int = 5,
 ) -> dict[str, Measurement]:
-    """Runs every candidate ``warmup`` times, then ``repeats`` rounds of one call each; on CPU,
-    one more untimed call each measures the peak memory."""
+    """Runs every candidate ``warmup`` times, then ``repeats`` rounds of one call each; one more
+    untimed call each counts its FLOPs and the operators it dispatches (and, on CPU, measures its
+    peak memory)."""
     results = {name: Measurement() for name in candidates}
     for _ in range(warmup):
         for fn in candidates.values():
@@ -120,7 +122,10 @@ def measure(
             if device.type == "cuda":
                 peak = (torch.cuda.max_memory_allocated(device) - base) / 2**20
                 results[name].peak_mib = max(results[name].peak_mib or 0.0, peak)
-    if device.type == "cpu":
-        for name, fn in candidates.items():
+    for name, fn in candidates.items():
+        with FlopCounterMode(display=False) as flops, OperatorCount() as ops:
+            fn()
+        results[name].flops, results[name].ops = flops.get_total_flops(), ops.count
+        if device.type == "cpu":
             results[name].peak_mib = cpu_peak_mib(fn)
     return results

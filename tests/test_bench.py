@@ -52,6 +52,8 @@ def test_tiny_run_prints_and_writes_every_row(tmp_path, capsys):
         assert 0 < r["q1_s"] <= r["median_s"] <= r["q3_s"], r
         # each ratio is the row's median over its reference's, measured in the same run
         if r["kind"] == "kernel":
+            # the counted call: its matmuls' FLOPs and the operators it dispatched
+            assert r["gflops"] > 0 and r["ops"] > 0, r
             for ref in ("floor", "straightforward"):
                 want = r["median_s"] / by_label[(r["name"], ref)]["median_s"]
                 assert r[f"ratio_vs_{ref}"] == pytest.approx(want, rel=1e-9), (r, ref)
