@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from conftest import RESNET18, ROOT, tiny_cfg
+from conftest import RESNET18, ROOT, tiny_cfg, write_fashion_mnist
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
@@ -59,6 +59,9 @@ def data_overrides(dataset: str, root: Path) -> list[str]:
     only: the configs are otherwise used as shipped)."""
     if dataset.startswith("cifar"):
         return ["++data.download=true"]  # skips the folder check; nothing is downloaded here
+    if dataset.startswith("fashion_mnist"):  # tiny IDX files: 30 training images a class
+        write_fashion_mnist(root)
+        return [f"data.train_path={root}", "data.lt_n_max=30"]
     if dataset in SPLIT_FILE_DATASETS:
         train_file, val_file = facts(dataset).split_files
         for name in (train_file, val_file):
