@@ -15,9 +15,13 @@ Medium / Few, each from one place:
 - ``knn``, the offline kNN: ``metrics.json``'s ``knn_*`` (``solo-ext-knn``, the final kNN of
   ``solo-ext-pretrain``).
 
-CSV logs: ``<run>/logs*/metrics.csv`` (``solo-ext-pretrain``), or for solo-learn's scripts
-without wandb Lightning's ``lightning_logs/version_<N>/metrics.csv`` in the directory the script
-ran in, where ``N`` is the run directory's name (solo-learn names runs by the logger's version).
+A run's log is its CSV log: ``<run>/logs*/metrics.csv`` (``solo-ext-pretrain``), or for
+solo-learn's scripts without wandb Lightning's ``lightning_logs/version_<N>/metrics.csv`` in the
+directory the script ran in, where ``N`` is the run directory's name (solo-learn names runs by
+the logger's version); else, for a run logged with wandb (online or offline), the history of its
+wandb transaction log (:mod:`solo_ext.leaderboard.wandb_log`): ``<run>/wandb/``
+(``solo-ext-pretrain``) or ``wandb/`` where the script ran (solo-learn's), the run found by its
+id (``wandb_run_id`` in ``args.json``).
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from typing import Any
 
 from solo_ext.config import CORE_RUN_OPTIONS, ConfigError, declared, world_size
 from solo_ext.eval.options import DECOUPLED_STAGES
+from solo_ext.leaderboard.wandb_log import history, run_logs
 
 GROUPS = ("many", "medium", "few")
 METRICS = ("acc1", "acc5", *GROUPS)
@@ -212,6 +217,43 @@ def csv_logs(run_dir: Path, args: dict[str, Any], search: list[Path]) -> Path | 
     return None
 
 
+def wandb_logs(run_dir: Path, args: dict[str, Any], search: list[Path]) -> list[Path]:
+    """The run's wandb transaction logs (oldest first: a resumed run has one per start): in
+    ``<run>/wandb/`` (``solo-ext-pretrain``), else in the ``wandb/`` of the directory the
+    script ran in, of ``search``, of the current directory or of ``$WANDB_DIR``."""
+    run_id = str(args.get("wandb_run_id") or run_dir.name)
+    bases = [run_dir, *possible_cwds(run_dir, args), *search, Path.cwd()]
+    if os.environ.get("WANDB_DIR"):
+        bases.append(Path(os.environ["WANDB_DIR"]))
+    for base in bases:
+        for folder in (base / "wandb", base):
+            logs = run_logs(folder, run_id)
+            if logs:
+                return logs
+    return []
+
+
+def last_val_row(
+    run_dir: Path, args: dict[str, Any], search: list[Path], keys: tuple[str, ...]
+) -> tuple[dict[str, Any], Path] | None:
+    """The last row of the run's log with a value in one of ``keys``, and the log it is from:
+    its CSV log (:func:`csv_logs`), else its wandb log (:func:`wandb_logs`; the newest start
+    that has such a row)."""
+    log = csv_logs(run_dir, args, search)
+    row = _last_val_row(log, keys) if log is not None else None
+    if row is not None and log is not None:
+        return row, log
+    for path in reversed(wandb_logs(run_dir, args, search)):
+        try:
+            rows = history(path)
+        except ValueError:
+            continue
+        rows = [r for r in rows if any(_float(r.get(k)) is not None for k in keys)]
+        if rows:
+            return rows[-1], path
+    return None
+
+
 def shown(path: Path) -> str:
     """A path as the tables show it: relative to the current directory when inside it."""
     absolute = Path(os.path.abspath(path))
@@ -289,7 +331,7 @@ def _from_metrics(metrics: dict[str, Any], prefix: str, origin: str) -> Eval | N
     return Eval(acc1, groups, kind, origin, note, stage, acc5)
 
 
-def _from_row(row: dict[str, str], prefix: str, kind: str, origin: str, note: str = "") -> Eval:
+def _from_row(row: dict[str, Any], prefix: str, kind: str, origin: str, note: str = "") -> Eval:
     groups = {g: _float(row.get(f"{prefix}_{g}")) for g in GROUPS}
     acc5 = _float(row.get(prefix.replace("acc1", "acc5")))
     return Eval(_float(row.get(prefix)), groups, kind, origin, note, acc5=acc5)
@@ -316,12 +358,11 @@ def read_run(run_dir: Path, args: dict[str, Any], search: list[Path]) -> Run:
         found = _from_metrics(metrics, prefix, origin)
         if found is not None:
             evals[found.kind] = found
-    log = csv_logs(run_dir, args, search)
     keys = ("val_acc1", "val_knn_acc1", "val_head_acc1")
-    row = _last_val_row(log, keys) if log is not None else None
+    logged = last_val_row(run_dir, args, search, keys)
     for key, kind in zip(keys, ("online", "online_knn", "head")):
-        if row is not None and kind not in evals and _float(row.get(key)) is not None:
-            evals[kind] = _from_row(row, key, kind, shown(log))
+        if logged is not None and kind not in evals and _float(logged[0].get(key)) is not None:
+            evals[kind] = _from_row(logged[0], key, kind, shown(logged[1]))
     epochs = args.get("max_epochs")
     kwargs = args.get("method_kwargs")
     return Run(
@@ -345,11 +386,11 @@ def is_linear_run(args: dict[str, Any]) -> bool:
 
 
 def linear_eval(run_dir: Path, args: dict[str, Any], search: list[Path]) -> Eval | None:
-    """The last validation result of a ``main_linear.py`` run (its CSV log)."""
-    log = csv_logs(run_dir, args, search)
-    row = _last_val_row(log, ("val_acc1",)) if log is not None else None
-    if row is None:
+    """The last validation result of a ``main_linear.py`` run (its CSV or wandb log)."""
+    found = last_val_row(run_dir, args, search, ("val_acc1",))
+    if found is None:
         return None
+    row = found[0]
     epochs = args.get("max_epochs")
     sampler = _get(args, "data.sampler.name") or "shuffle"
     note = ", ".join(filter(None, [f"{epochs} ep" if epochs else "", str(sampler)]))
@@ -419,7 +460,7 @@ def find_runs(paths: list[Path], search: list[Path]) -> Found:
     for run in found.runs:
         if not run.evals:
             found.skipped.append(
-                (run.path, "no result (no metrics.json, no validation row in a CSV log)")
+                (run.path, "no result (no metrics.json, no validation row in a CSV or wandb log)")
             )
         else:
             kept.append(run)
@@ -466,7 +507,9 @@ def attach_linear_runs(found: Found, search: list[Path]) -> None:
             continue
         result = linear_eval(linear_dir, args, search)
         if result is None:
-            found.skipped.append((linear_dir, "linear run without a validation row in a CSV log"))
+            found.skipped.append(
+                (linear_dir, "linear run without a validation row in a CSV or wandb log")
+            )
             continue
         stamp = (linear_dir / "args.json").stat().st_mtime
         previous = newest.get(id(run))
