@@ -686,3 +686,52 @@ def test_a_solo_learn_wandb_run_is_read_where_the_script_ran(wandb_run, tmp_path
     assert first["val_head_acc1"] != last["val_head_acc1"] or first["val_acc1"] != last["val_acc1"]
     assert row.value("head") == pytest.approx(first["val_head_acc1"])
     assert row.value("online") == pytest.approx(first["val_acc1"])
+
+
+def test_a_copied_run_directory_counts_once(tmp_path, capsys):
+    """A run directory copied beside itself (the same args.json, seed and results) is one run,
+    not another seed: the row of seeds 0 and 1 stays n = 2, with one line naming the copy; a
+    linear run of the copy's checkpoint is the run's."""
+    import shutil
+
+    logs = tmp_path / "lightning_logs"
+    for version in (0, 1):
+        solo_learn_run(tmp_path, version, seed=version)
+        row = {"val_acc1": 40.0 + 10 * version, "val_knn_acc1": 30.0}
+        write_lightning_csv(logs / f"version_{version}" / "metrics.csv", PRETRAIN_COLUMNS, [row])
+    runs = tmp_path / "trained_models" / "pbsd"
+    copy = runs / "0-copy"
+    shutil.copytree(runs / "0", copy)
+    # a linear run of each: run 1's, and run 0's made from the copy's checkpoint
+    for version, run_dir, top1 in ((2, copy, 55.5), (3, runs / "1", 57.5)):
+        linear_dir = tmp_path / "trained_models" / "linear" / str(version)
+        linear_dir.mkdir(parents=True)
+        ckpt = next(run_dir.glob("*.ckpt")).relative_to(tmp_path)
+        linear_args = {"pretrained_feature_extractor": str(ckpt), "wandb_run_id": str(version),
+                       "data": {"dataset": "imagenet_lt"}, "max_epochs": 40,
+                       "checkpoint": {"dir": "trained_models"}}  # fmt: skip
+        (linear_dir / "args.json").write_text(json.dumps(linear_args))
+        csv_log = logs / f"version_{version}" / "metrics.csv"
+        write_lightning_csv(csv_log, LINEAR_COLUMNS, [{"val_acc1": top1}])
+
+    out = tmp_path / "board"
+    capsys.readouterr()
+    tables = leaderboard([str(tmp_path / "trained_models"), "--out", str(out)])
+    (row,) = [r for r in tables["imagenet_lt"] if r.kind == "measured"]
+    assert (row.n, row.seeds, row.runs) == (2, [0, 1], ["0", "1"])
+    assert row.value("online") == 45.0 and row.spread["online_acc1"] == pytest.approx(50**0.5)
+    assert row.value("linear") == 56.5 and row.spread["linear_acc1"] == pytest.approx(2**0.5)
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert lines == [
+        f"solo-ext-leaderboard: counted once: {copy} is a copy of {runs / '0'} (the same "
+        "args.json, seed and results)"
+    ]
+    assert "n = 2, seeds 0, 1" in (out / "imagenet_lt.md").read_text()
+    # another seed in the copy's args.json: another run (with the linear run of its checkpoint,
+    # beside run 1; run 0 without one is a row of its own)
+    args = json.loads((copy / "args.json").read_text())
+    (copy / "args.json").write_text(json.dumps({**args, "seed": 2}))
+    tables = leaderboard([str(tmp_path / "trained_models"), "--out", str(out)])
+    rows = [r for r in tables["imagenet_lt"] if r.kind == "measured"]
+    assert sorted((r.n, r.seeds) for r in rows) == [(1, [0]), (2, [2, 1])]
+    assert "counted once" not in capsys.readouterr().err

@@ -106,6 +106,12 @@ def run(argv: list[str] | None = None) -> dict[str, list]:
         found = find_runs(args.paths, args.logs)
         for path, reason in found.skipped:
             print(f"{PROG}: skipped {path}: {reason}", file=sys.stderr)
+        for copy, original in found.copies:
+            print(
+                f"{PROG}: counted once: {copy} is a copy of {original} (the same args.json, "
+                "seed and results)",
+                file=sys.stderr,
+            )
         if not found.runs:
             shown = ", ".join(repr(str(p)) for p in args.paths)
             raise ConfigError(f"paths: no run with a result found under {shown}")

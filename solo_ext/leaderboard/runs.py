@@ -99,6 +99,9 @@ class Found:
     runs: list[Run] = field(default_factory=list)
     linear_runs: list[tuple[Path, dict[str, Any]]] = field(default_factory=list)
     skipped: list[tuple[Path, str]] = field(default_factory=list)
+    # a run directory found twice (a copy: the same args.json and results), counted once:
+    # (the copy, the run it is a copy of)
+    copies: list[tuple[Path, Path]] = field(default_factory=list)
 
 
 def _float(value: Any) -> float | None:
@@ -454,8 +457,9 @@ def find_runs(paths: list[Path], search: list[Path]) -> Found:
                 found.skipped.append((run_dir, str(err)))
                 continue
             found.runs.append(run)
-    found.linear_runs += nearby_linear_runs(found.runs, seen)
-    attach_linear_runs(found, [*search, *paths])
+    copies = drop_copies(found)
+    found.linear_runs += nearby_linear_runs([*found.runs, *(c for c, _ in copies)], seen)
+    attach_linear_runs(found, [*search, *paths], copies)
     kept = []
     for run in found.runs:
         if not run.evals:
@@ -466,6 +470,30 @@ def find_runs(paths: list[Path], search: list[Path]) -> Found:
             kept.append(run)
     found.runs = kept
     return found
+
+
+def _fingerprint(run: Run) -> str:
+    """What makes two run directories one run: the whole ``args.json`` (the seed, the name, the
+    run id and the environment included) and every result read from the run's own files."""
+    results = {k: [e.note, *(e.value(m) for m in METRICS)] for k, e in run.evals.items()}
+    return json.dumps([run.args, results], sort_keys=True, default=str)
+
+
+def drop_copies(found: Found) -> list[tuple[Run, Run]]:
+    """Counts a run found twice (a copied run directory: the same ``args.json`` and results)
+    once, the first found; each copy goes to ``found.copies``. Returns (copy, the run kept)
+    pairs: a linear run of a copy's checkpoint is the kept run's."""
+    first: dict[str, Run] = {}
+    kept, copies = [], []
+    for run in found.runs:
+        original = first.setdefault(_fingerprint(run), run)
+        if original is run:
+            kept.append(run)
+        else:
+            copies.append((run, original))
+            found.copies.append((run.path, original.path))
+    found.runs = kept
+    return copies
 
 
 def nearby_linear_runs(runs: list[Run], seen: set[Path]) -> list[tuple[Path, dict[str, Any]]]:
@@ -489,13 +517,16 @@ def nearby_linear_runs(runs: list[Run], seen: set[Path]) -> list[tuple[Path, dic
     return out
 
 
-def attach_linear_runs(found: Found, search: list[Path]) -> None:
-    """Gives each pretraining run the newest ``main_linear.py`` result of its checkpoints
-    (unless ``metrics.json`` has a linear one); a linear run that cannot be attached is
-    skipped."""
+def attach_linear_runs(found: Found, search: list[Path], copies: list[tuple[Run, Run]]) -> None:
+    """Gives each pretraining run the newest ``main_linear.py`` result of its checkpoints (or
+    of its copies' checkpoints: ``copies``, (copy, run) pairs), unless ``metrics.json`` has a
+    linear one; a linear run that cannot be attached is skipped."""
+    kept_of = {id(copy): run for copy, run in copies}
+    candidates = [*found.runs, *(copy for copy, _ in copies)]
     newest: dict[int, tuple[float, Path, Eval]] = {}
     for linear_dir, args in found.linear_runs:
-        run = owner_of(linear_dir, args, found.runs)
+        run = owner_of(linear_dir, args, candidates)
+        run = kept_of.get(id(run), run)
         if run is None:
             ckpt = args["pretrained_feature_extractor"]
             found.skipped.append(
