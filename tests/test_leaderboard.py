@@ -8,6 +8,7 @@ import csv
 import json
 import math
 import os
+import statistics
 from pathlib import Path
 
 import pytest
@@ -735,3 +736,77 @@ def test_a_copied_run_directory_counts_once(tmp_path, capsys):
     rows = [r for r in tables["imagenet_lt"] if r.kind == "measured"]
     assert sorted((r.n, r.seeds) for r in rows) == [(1, [0]), (2, [2, 1])]
     assert "counted once" not in capsys.readouterr().err
+
+
+def _markdown_rows(text: str) -> tuple[list[str], list[list[str]]]:
+    """The header and the rows of a markdown table written by the leaderboard."""
+    lines = [line for line in text.splitlines() if line.startswith("| ")]
+    split = [[cell.strip() for cell in line[2:-2].split(" | ")] for line in lines]
+    return split[0], split[1:]
+
+
+def _latex_rows(text: str) -> tuple[list[str], list[list[str]]]:
+    """The column titles (each metric under its evaluation's \\multicolumn) and the body rows of
+    the leaderboard's tabular."""
+    import re
+
+    body = text.split(r"\toprule", 1)[1].split(r"\bottomrule", 1)[0]
+    lines = [line.removesuffix(r" \\") for line in body.splitlines() if line]
+    lines = [line for line in lines if not line.startswith(("\\midrule", "\\cmidrule"))]
+    top, metrics, *rows = [line.split(" & ") for line in lines]
+    groups = []
+    for cell in top:
+        found = re.fullmatch(r"\\multicolumn\{(\d+)\}\{c\}\{(.*)\}", cell)
+        groups += [found.group(2)] * int(found.group(1)) if found else [None]
+    titles = [f"{g} {m}" if g else m for g, m in zip(groups, metrics)]
+    return titles, rows
+
+
+def _number(cell: str) -> tuple[float | None, float | None]:
+    """(value, sd) of a markdown cell (``45.00 ± 3.54``) or a LaTeX one (``$45.00 \\pm 3.54$``)."""
+    cell = cell.removesuffix(" (?)").strip("$")
+    if cell in ("—", "--"):
+        return None, None
+    value, _, sd = cell.replace("\\pm", "±").partition(" ± ")
+    return float(value), float(sd) if sd else None
+
+
+def test_the_latex_table_holds_the_markdown_numbers(tmp_path):
+    """``<dataset>.tex`` is a booktabs table of the markdown's rows and columns: each number the
+    same (a mean with its spread as ``$x \\pm y$``), published rows first and marked, a flagged
+    run marked, names escaped."""
+    from solo_ext.leaderboard.latex import FLAG_MARK, PUBLISHED_MARK
+
+    logs = tmp_path / "lightning_logs"
+    for version, seed in ((0, 0), (1, 1), (2, 2), (3, 0)):
+        lr = {"optimizer": {"name": "sgd", "batch_size": 64, "lr": 0.2}} if version == 3 else {}
+        solo_learn_run(tmp_path, version, seed=seed, name=f"pbsd_s{seed}", **lr)
+        row = {"val_acc1": 40.0 + version**2, "val_knn_acc1": 30.0 + version,
+               "val_knn_acc1_many": 60.0 - version}  # fmt: skip
+        write_lightning_csv(logs / f"version_{version}" / "metrics.csv", PRETRAIN_COLUMNS, [row])
+    out = tmp_path / "board"
+    tables = leaderboard([str(tmp_path / "trained_models"), "--out", str(out)])
+    rows = tables["imagenet_lt"]
+    tex = (out / "imagenet_lt.tex").read_text()
+    assert "\\usepackage{booktabs}" in tex and "\\label{tab:imagenet_lt}" in tex
+    header, md_rows = _markdown_rows((out / "imagenet_lt.md").read_text())
+    titles, tex_rows = _latex_rows(tex)
+    metrics = (" top-1", " top-5", " many", " medium", " few")
+    numeric = [i for i, title in enumerate(header) if title.endswith(metrics)]
+    assert titles == ["method", "backbone", "epochs", "$n$", *(header[i] for i in numeric)]
+    assert len(tex_rows) == len(md_rows) == len(rows)
+    spreads = 0
+    for row, md, cells in zip(rows, md_rows, tex_rows):
+        assert [_number(md[i]) for i in numeric] == [_number(c) for c in cells[4:]], row.label
+        spreads += sum("\\pm" in c for c in cells)
+        published = row.kind == "published"
+        assert cells[0].endswith(PUBLISHED_MARK) == published
+        assert cells[0].endswith(FLAG_MARK) == (row.flagged and not published)
+        assert cells[3] == ("" if published else str(row.n))
+    assert spreads == 3  # (online top-1, kNN top-1, kNN many of the three seeds)
+    (swept,) = [cells for row, cells in zip(rows, tex_rows) if row.n == 3]
+    mean = statistics.fmean([40.0, 41.0, 44.0])
+    assert swept[4 + titles[4:].index("online linear top-1")] == (
+        f"${mean:.2f} \\pm {statistics.stdev([40.0, 41.0, 44.0]):.2f}$"
+    )
+    assert swept[0].startswith("pbsd pbsd\\_s0")
