@@ -40,8 +40,8 @@ def parser() -> argparse.ArgumentParser:
         type=Path,
         action="append",
         default=[],
-        help="a directory holding solo-learn's lightning_logs/ (default: where each script ran, "
-        "the paths given and the current directory); repeatable",
+        help="a directory holding solo-learn's lightning_logs/ or wandb/ (default: where each "
+        "script ran, the paths given and the current directory); repeatable",
     )
     p.add_argument(
         "--per-run",
