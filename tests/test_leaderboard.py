@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import os
+import statistics
 from pathlib import Path
 
 import pytest
@@ -580,3 +582,231 @@ def test_a_balanced_linear_evaluation_is_held_to_solo_learns_linear_config(tmp_p
     from solo_ext.leaderboard.table import markdown, published_row
 
     assert f"{cifar[0].linear_acc1:.2f} (?)" in markdown("cifar100", [published_row(cifar[0])])
+
+
+@pytest.fixture(scope="module")
+def wandb_run(tmp_path_factory) -> dict:
+    """A tiny PaCo run logged with wandb offline (solo-learn's habit), with the online kNN on:
+    no CSV log, its wandb files only."""
+    import wandb as wandb_sdk
+
+    import solo_ext.commands.pretrain
+
+    cwd = tmp_path_factory.mktemp("wandb")
+    env = {"WANDB_MODE": "offline", "WANDB_SILENT": "true", "WANDB_DIR": str(cwd / "elsewhere")}
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        wandb = {"enabled": True, "offline": True, "project": "solo-ext-test"}
+        knn = {"knn_eval.enabled": True, "knn_eval.k": 3}
+        cfg = tiny_cfg("paco", cwd, wandb=wandb, max_epochs=2, **knn)
+        run_dir = Path(solo_ext.commands.pretrain.run(cfg)["run_dir"])
+        wandb_sdk.finish()  # (what the end of the process does: the log written out)
+    finally:
+        for key, value in saved.items():
+            os.environ.pop(key) if value is None else os.environ.__setitem__(key, value)
+    return {"cwd": cwd, "run_dir": run_dir}
+
+
+def _logged_rows(run_dir: Path) -> list[dict]:
+    """The run's logged rows, read with wandb's own record definitions in this test."""
+    from solo_ext.leaderboard.wandb_log import history
+
+    (log,) = run_dir.glob("wandb/offline-run-*/run-*.wandb")
+    return history(log)
+
+
+def test_a_wandb_run_fills_the_online_columns(wandb_run, tmp_path, capsys):
+    """Every column of a run logged with wandb offline: the online classifier, the online kNN
+    with its groups (the last validation row of its wandb history), the head and the kNN of
+    metrics.json; no CSV log was written."""
+    run_dir = wandb_run["run_dir"]
+    assert not list(run_dir.rglob("metrics.csv"))
+    val = [r for r in _logged_rows(run_dir) if "val_acc1" in r]
+    assert val and "val_knn_acc1" in val[-1] and "val_head_acc1" in val[-1]
+    tables = leaderboard([str(run_dir), "--out", str(tmp_path / "board")])
+    (row,) = tables["synthetic_lt (imbalance 4)"]
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    last = val[-1]
+    assert row.value("online") == pytest.approx(last["val_acc1"])
+    assert row.value("online", "acc5") == pytest.approx(last["val_acc5"])
+    assert row.value("online_knn") == pytest.approx(last["val_knn_acc1"])
+    groups = {g: last[f"val_knn_acc1_{g}"] for g in ("many", "medium", "few")}
+    assert math.isnan(groups.pop("many"))  # (no class of the tiny set has over 100 images)
+    assert row.value("online_knn", "many") is None
+    for group, want in groups.items():
+        assert row.value("online_knn", group) == pytest.approx(want)
+    assert row.value("head") == metrics["head_acc1"] and row.value("knn") == metrics["knn_acc1"]
+    assert row.evaluations == ["head", "online", "online_knn", "knn"]
+    assert "run-" in row.source and ".wandb" in row.source
+    assert capsys.readouterr().err == ""
+
+
+def test_a_solo_learn_wandb_run_is_read_where_the_script_ran(wandb_run, tmp_path):
+    """solo-learn's main_pretrain.py leaves wandb/ in the directory it ran in and writes no
+    metrics.json: the head's top-1 is then the last ``val_head_acc1`` of the wandb history,
+    the run found by ``wandb_run_id``; ``--logs`` names the directory."""
+    import shutil
+
+    run_dir = tmp_path / "trained_models" / "paco" / wandb_run["run_dir"].name
+    shutil.copytree(wandb_run["run_dir"], run_dir, ignore=shutil.ignore_patterns("wandb"))
+    (run_dir / "metrics.json").unlink()
+    script_dir = tmp_path / "script"
+    shutil.copytree(wandb_run["run_dir"] / "wandb", script_dir / "wandb")
+    args = json.loads((run_dir / "args.json").read_text())
+    assert args["wandb_run_id"] == run_dir.name
+    out = tmp_path / "board"
+    tables = leaderboard([str(tmp_path / "trained_models"), "--logs", str(script_dir), "--out",
+                          str(out)])  # fmt: skip
+    (row,) = tables["synthetic_lt (imbalance 4)"]
+    last = [r for r in _logged_rows(wandb_run["run_dir"]) if "val_head_acc1" in r][-1]
+    assert row.value("head") == pytest.approx(last["val_head_acc1"])
+    assert row.value("online") == pytest.approx(last["val_acc1"])
+    assert row.evaluations == ["head", "online", "online_knn"]
+    # a killed run: its log's torn end (the last validation row's record cut short) leaves
+    # the rows before it: the first epoch's validation row
+    from wandb.proto import wandb_internal_pb2
+
+    from solo_ext.leaderboard.wandb_log import records
+
+    (log,) = (script_dir / "wandb").glob("offline-run-*/run-*.wandb")
+    data = log.read_bytes()
+    val_records = []
+    for payload in records(log):
+        record = wandb_internal_pb2.Record()
+        record.ParseFromString(payload)
+        keys = [item.key or "/".join(item.nested_key) for item in record.history.item]
+        if "val_head_acc1" in keys:
+            val_records.append(payload)
+    assert len(val_records) == 2  # (two epochs)
+    log.write_bytes(data[: data.index(val_records[-1]) + len(val_records[-1]) // 2])
+    tables = leaderboard([str(tmp_path / "trained_models"), "--logs", str(script_dir), "--out",
+                          str(out)])  # fmt: skip
+    (row,) = tables["synthetic_lt (imbalance 4)"]
+    first = [r for r in _logged_rows(wandb_run["run_dir"]) if "val_head_acc1" in r][0]
+    assert first["val_head_acc1"] != last["val_head_acc1"] or first["val_acc1"] != last["val_acc1"]
+    assert row.value("head") == pytest.approx(first["val_head_acc1"])
+    assert row.value("online") == pytest.approx(first["val_acc1"])
+
+
+def test_a_copied_run_directory_counts_once(tmp_path, capsys):
+    """A run directory copied beside itself (the same args.json, seed and results) is one run,
+    not another seed: the row of seeds 0 and 1 stays n = 2, with one line naming the copy; a
+    linear run of the copy's checkpoint is the run's."""
+    import shutil
+
+    logs = tmp_path / "lightning_logs"
+    for version in (0, 1):
+        solo_learn_run(tmp_path, version, seed=version)
+        row = {"val_acc1": 40.0 + 10 * version, "val_knn_acc1": 30.0}
+        write_lightning_csv(logs / f"version_{version}" / "metrics.csv", PRETRAIN_COLUMNS, [row])
+    runs = tmp_path / "trained_models" / "pbsd"
+    copy = runs / "0-copy"
+    shutil.copytree(runs / "0", copy)
+    # a linear run of each: run 1's, and run 0's made from the copy's checkpoint
+    for version, run_dir, top1 in ((2, copy, 55.5), (3, runs / "1", 57.5)):
+        linear_dir = tmp_path / "trained_models" / "linear" / str(version)
+        linear_dir.mkdir(parents=True)
+        ckpt = next(run_dir.glob("*.ckpt")).relative_to(tmp_path)
+        linear_args = {"pretrained_feature_extractor": str(ckpt), "wandb_run_id": str(version),
+                       "data": {"dataset": "imagenet_lt"}, "max_epochs": 40,
+                       "checkpoint": {"dir": "trained_models"}}  # fmt: skip
+        (linear_dir / "args.json").write_text(json.dumps(linear_args))
+        csv_log = logs / f"version_{version}" / "metrics.csv"
+        write_lightning_csv(csv_log, LINEAR_COLUMNS, [{"val_acc1": top1}])
+
+    out = tmp_path / "board"
+    capsys.readouterr()
+    tables = leaderboard([str(tmp_path / "trained_models"), "--out", str(out)])
+    (row,) = [r for r in tables["imagenet_lt"] if r.kind == "measured"]
+    assert (row.n, row.seeds, row.runs) == (2, [0, 1], ["0", "1"])
+    assert row.value("online") == 45.0 and row.spread["online_acc1"] == pytest.approx(50**0.5)
+    assert row.value("linear") == 56.5 and row.spread["linear_acc1"] == pytest.approx(2**0.5)
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert lines == [
+        f"solo-ext-leaderboard: counted once: {copy} is a copy of {runs / '0'} (the same "
+        "args.json, seed and results)"
+    ]
+    assert "n = 2, seeds 0, 1" in (out / "imagenet_lt.md").read_text()
+    # another seed in the copy's args.json: another run (with the linear run of its checkpoint,
+    # beside run 1; run 0 without one is a row of its own)
+    args = json.loads((copy / "args.json").read_text())
+    (copy / "args.json").write_text(json.dumps({**args, "seed": 2}))
+    tables = leaderboard([str(tmp_path / "trained_models"), "--out", str(out)])
+    rows = [r for r in tables["imagenet_lt"] if r.kind == "measured"]
+    assert sorted((r.n, r.seeds) for r in rows) == [(1, [0]), (2, [2, 1])]
+    assert "counted once" not in capsys.readouterr().err
+
+
+def _markdown_rows(text: str) -> tuple[list[str], list[list[str]]]:
+    """The header and the rows of a markdown table written by the leaderboard."""
+    lines = [line for line in text.splitlines() if line.startswith("| ")]
+    split = [[cell.strip() for cell in line[2:-2].split(" | ")] for line in lines]
+    return split[0], split[1:]
+
+
+def _latex_rows(text: str) -> tuple[list[str], list[list[str]]]:
+    """The column titles (each metric under its evaluation's \\multicolumn) and the body rows of
+    the leaderboard's tabular."""
+    import re
+
+    body = text.split(r"\toprule", 1)[1].split(r"\bottomrule", 1)[0]
+    lines = [line.removesuffix(r" \\") for line in body.splitlines() if line]
+    lines = [line for line in lines if not line.startswith(("\\midrule", "\\cmidrule"))]
+    top, metrics, *rows = [line.split(" & ") for line in lines]
+    groups = []
+    for cell in top:
+        found = re.fullmatch(r"\\multicolumn\{(\d+)\}\{c\}\{(.*)\}", cell)
+        groups += [found.group(2)] * int(found.group(1)) if found else [None]
+    titles = [f"{g} {m}" if g else m for g, m in zip(groups, metrics)]
+    return titles, rows
+
+
+def _number(cell: str) -> tuple[float | None, float | None]:
+    """(value, sd) of a markdown cell (``45.00 ± 3.54``) or a LaTeX one (``$45.00 \\pm 3.54$``)."""
+    cell = cell.removesuffix(" (?)").strip("$")
+    if cell in ("—", "--"):
+        return None, None
+    value, _, sd = cell.replace("\\pm", "±").partition(" ± ")
+    return float(value), float(sd) if sd else None
+
+
+def test_the_latex_table_holds_the_markdown_numbers(tmp_path):
+    """``<dataset>.tex`` is a booktabs table of the markdown's rows and columns: each number the
+    same (a mean with its spread as ``$x \\pm y$``), published rows first and marked, a flagged
+    run marked, names escaped."""
+    from solo_ext.leaderboard.latex import FLAG_MARK, PUBLISHED_MARK
+
+    logs = tmp_path / "lightning_logs"
+    for version, seed in ((0, 0), (1, 1), (2, 2), (3, 0)):
+        lr = {"optimizer": {"name": "sgd", "batch_size": 64, "lr": 0.2}} if version == 3 else {}
+        solo_learn_run(tmp_path, version, seed=seed, name=f"pbsd_s{seed}", **lr)
+        row = {"val_acc1": 40.0 + version**2, "val_knn_acc1": 30.0 + version,
+               "val_knn_acc1_many": 60.0 - version}  # fmt: skip
+        write_lightning_csv(logs / f"version_{version}" / "metrics.csv", PRETRAIN_COLUMNS, [row])
+    out = tmp_path / "board"
+    tables = leaderboard([str(tmp_path / "trained_models"), "--out", str(out)])
+    rows = tables["imagenet_lt"]
+    tex = (out / "imagenet_lt.tex").read_text()
+    assert "\\usepackage{booktabs}" in tex and "\\label{tab:imagenet_lt}" in tex
+    header, md_rows = _markdown_rows((out / "imagenet_lt.md").read_text())
+    titles, tex_rows = _latex_rows(tex)
+    metrics = (" top-1", " top-5", " many", " medium", " few")
+    numeric = [i for i, title in enumerate(header) if title.endswith(metrics)]
+    assert titles == ["method", "backbone", "epochs", "$n$", *(header[i] for i in numeric)]
+    assert len(tex_rows) == len(md_rows) == len(rows)
+    spreads = 0
+    for row, md, cells in zip(rows, md_rows, tex_rows):
+        assert [_number(md[i]) for i in numeric] == [_number(c) for c in cells[4:]], row.label
+        spreads += sum("\\pm" in c for c in cells)
+        published = row.kind == "published"
+        assert cells[0].endswith(PUBLISHED_MARK) == published
+        assert cells[0].endswith(FLAG_MARK) == (row.flagged and not published)
+        assert cells[3] == ("" if published else str(row.n))
+    assert spreads == 3  # (online top-1, kNN top-1, kNN many of the three seeds)
+    (swept,) = [cells for row, cells in zip(rows, tex_rows) if row.n == 3]
+    mean = statistics.fmean([40.0, 41.0, 44.0])
+    assert swept[4 + titles[4:].index("online linear top-1")] == (
+        f"${mean:.2f} \\pm {statistics.stdev([40.0, 41.0, 44.0]):.2f}$"
+    )
+    assert swept[0].startswith("pbsd pbsd\\_s0")

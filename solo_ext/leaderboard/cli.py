@@ -26,7 +26,8 @@ def parser() -> argparse.ArgumentParser:
     p = _Parser(
         prog=PROG,
         description="Tables of measured runs beside published numbers: per dataset, "
-        "<out>/<dataset>.md, .csv and .png; the markdown is also printed.",
+        "<out>/<dataset>.md, .csv, .tex (LaTeX, booktabs) and .png; the markdown is also "
+        "printed.",
     )
     p.add_argument(
         "paths", nargs="+", type=Path, help="run directories, or roots to search (trained_models/)"
@@ -39,8 +40,8 @@ def parser() -> argparse.ArgumentParser:
         type=Path,
         action="append",
         default=[],
-        help="a directory holding solo-learn's lightning_logs/ (default: where each script ran, "
-        "the paths given and the current directory); repeatable",
+        help="a directory holding solo-learn's lightning_logs/ or wandb/ (default: where each "
+        "script ran, the paths given and the current directory); repeatable",
     )
     p.add_argument(
         "--per-run",
@@ -106,6 +107,12 @@ def run(argv: list[str] | None = None) -> dict[str, list]:
         found = find_runs(args.paths, args.logs)
         for path, reason in found.skipped:
             print(f"{PROG}: skipped {path}: {reason}", file=sys.stderr)
+        for copy, original in found.copies:
+            print(
+                f"{PROG}: counted once: {copy} is a copy of {original} (the same args.json, "
+                "seed and results)",
+                file=sys.stderr,
+            )
         if not found.runs:
             shown = ", ".join(repr(str(p)) for p in args.paths)
             raise ConfigError(f"paths: no run with a result found under {shown}")
@@ -113,7 +120,8 @@ def run(argv: list[str] | None = None) -> dict[str, list]:
 
 
 def write(runs: list, published: list, out: Path, per_run: bool = False) -> dict[str, list]:
-    """Writes ``<out>/<dataset>.{md,csv,png}`` for every dataset and prints the markdown."""
+    """Writes ``<out>/<dataset>.{md,csv,tex,png}`` for every dataset and prints the markdown."""
+    from solo_ext.leaderboard.latex import latex
     from solo_ext.leaderboard.plot import plot
     from solo_ext.leaderboard.table import MEASURED, build_tables, csv_text, markdown
 
@@ -124,12 +132,13 @@ def write(runs: list, published: list, out: Path, per_run: bool = False) -> dict
         text = markdown(dataset, rows)
         atomic_write_text(out / f"{name}.md", text)
         atomic_write_text(out / f"{name}.csv", csv_text(rows))
+        atomic_write_text(out / f"{name}.tex", latex(dataset, rows, name))
         # the plot: the measured rows and the published rows they are compared with
         compared = {r.compared for r in rows if r.kind == MEASURED}
         plotted = [r for r in rows if r.kind == MEASURED or (r.label, r.linear_eval) in compared]
         plot(dataset, plotted, out / f"{name}.png")
         print(text)
-    print(f"wrote {len(tables)} table(s) ({', '.join(tables)}) to {out}/: .md, .csv and .png")
+    print(f"wrote {len(tables)} table(s) ({', '.join(tables)}) to {out}/: .md, .csv, .tex, .png")
     return tables
 
 

@@ -15,9 +15,13 @@ Medium / Few, each from one place:
 - ``knn``, the offline kNN: ``metrics.json``'s ``knn_*`` (``solo-ext-knn``, the final kNN of
   ``solo-ext-pretrain``).
 
-CSV logs: ``<run>/logs*/metrics.csv`` (``solo-ext-pretrain``), or for solo-learn's scripts
-without wandb Lightning's ``lightning_logs/version_<N>/metrics.csv`` in the directory the script
-ran in, where ``N`` is the run directory's name (solo-learn names runs by the logger's version).
+A run's log is its CSV log: ``<run>/logs*/metrics.csv`` (``solo-ext-pretrain``), or for
+solo-learn's scripts without wandb Lightning's ``lightning_logs/version_<N>/metrics.csv`` in the
+directory the script ran in, where ``N`` is the run directory's name (solo-learn names runs by
+the logger's version); else, for a run logged with wandb (online or offline), the history of its
+wandb transaction log (:mod:`solo_ext.leaderboard.wandb_log`): ``<run>/wandb/``
+(``solo-ext-pretrain``) or ``wandb/`` where the script ran (solo-learn's), the run found by its
+id (``wandb_run_id`` in ``args.json``).
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from typing import Any
 
 from solo_ext.config import CORE_RUN_OPTIONS, ConfigError, declared, world_size
 from solo_ext.eval.options import DECOUPLED_STAGES
+from solo_ext.leaderboard.wandb_log import history, run_logs
 
 GROUPS = ("many", "medium", "few")
 METRICS = ("acc1", "acc5", *GROUPS)
@@ -94,6 +99,9 @@ class Found:
     runs: list[Run] = field(default_factory=list)
     linear_runs: list[tuple[Path, dict[str, Any]]] = field(default_factory=list)
     skipped: list[tuple[Path, str]] = field(default_factory=list)
+    # a run directory found twice (a copy: the same args.json and results), counted once:
+    # (the copy, the run it is a copy of)
+    copies: list[tuple[Path, Path]] = field(default_factory=list)
 
 
 def _float(value: Any) -> float | None:
@@ -212,6 +220,43 @@ def csv_logs(run_dir: Path, args: dict[str, Any], search: list[Path]) -> Path | 
     return None
 
 
+def wandb_logs(run_dir: Path, args: dict[str, Any], search: list[Path]) -> list[Path]:
+    """The run's wandb transaction logs (oldest first: a resumed run has one per start): in
+    ``<run>/wandb/`` (``solo-ext-pretrain``), else in the ``wandb/`` of the directory the
+    script ran in, of ``search``, of the current directory or of ``$WANDB_DIR``."""
+    run_id = str(args.get("wandb_run_id") or run_dir.name)
+    bases = [run_dir, *possible_cwds(run_dir, args), *search, Path.cwd()]
+    if os.environ.get("WANDB_DIR"):
+        bases.append(Path(os.environ["WANDB_DIR"]))
+    for base in bases:
+        for folder in (base / "wandb", base):
+            logs = run_logs(folder, run_id)
+            if logs:
+                return logs
+    return []
+
+
+def last_val_row(
+    run_dir: Path, args: dict[str, Any], search: list[Path], keys: tuple[str, ...]
+) -> tuple[dict[str, Any], Path] | None:
+    """The last row of the run's log with a value in one of ``keys``, and the log it is from:
+    its CSV log (:func:`csv_logs`), else its wandb log (:func:`wandb_logs`; the newest start
+    that has such a row)."""
+    log = csv_logs(run_dir, args, search)
+    row = _last_val_row(log, keys) if log is not None else None
+    if row is not None and log is not None:
+        return row, log
+    for path in reversed(wandb_logs(run_dir, args, search)):
+        try:
+            rows = history(path)
+        except ValueError:
+            continue
+        rows = [r for r in rows if any(_float(r.get(k)) is not None for k in keys)]
+        if rows:
+            return rows[-1], path
+    return None
+
+
 def shown(path: Path) -> str:
     """A path as the tables show it: relative to the current directory when inside it."""
     absolute = Path(os.path.abspath(path))
@@ -289,7 +334,7 @@ def _from_metrics(metrics: dict[str, Any], prefix: str, origin: str) -> Eval | N
     return Eval(acc1, groups, kind, origin, note, stage, acc5)
 
 
-def _from_row(row: dict[str, str], prefix: str, kind: str, origin: str, note: str = "") -> Eval:
+def _from_row(row: dict[str, Any], prefix: str, kind: str, origin: str, note: str = "") -> Eval:
     groups = {g: _float(row.get(f"{prefix}_{g}")) for g in GROUPS}
     acc5 = _float(row.get(prefix.replace("acc1", "acc5")))
     return Eval(_float(row.get(prefix)), groups, kind, origin, note, acc5=acc5)
@@ -316,12 +361,11 @@ def read_run(run_dir: Path, args: dict[str, Any], search: list[Path]) -> Run:
         found = _from_metrics(metrics, prefix, origin)
         if found is not None:
             evals[found.kind] = found
-    log = csv_logs(run_dir, args, search)
     keys = ("val_acc1", "val_knn_acc1", "val_head_acc1")
-    row = _last_val_row(log, keys) if log is not None else None
+    logged = last_val_row(run_dir, args, search, keys)
     for key, kind in zip(keys, ("online", "online_knn", "head")):
-        if row is not None and kind not in evals and _float(row.get(key)) is not None:
-            evals[kind] = _from_row(row, key, kind, shown(log))
+        if logged is not None and kind not in evals and _float(logged[0].get(key)) is not None:
+            evals[kind] = _from_row(logged[0], key, kind, shown(logged[1]))
     epochs = args.get("max_epochs")
     kwargs = args.get("method_kwargs")
     return Run(
@@ -345,11 +389,11 @@ def is_linear_run(args: dict[str, Any]) -> bool:
 
 
 def linear_eval(run_dir: Path, args: dict[str, Any], search: list[Path]) -> Eval | None:
-    """The last validation result of a ``main_linear.py`` run (its CSV log)."""
-    log = csv_logs(run_dir, args, search)
-    row = _last_val_row(log, ("val_acc1",)) if log is not None else None
-    if row is None:
+    """The last validation result of a ``main_linear.py`` run (its CSV or wandb log)."""
+    found = last_val_row(run_dir, args, search, ("val_acc1",))
+    if found is None:
         return None
+    row = found[0]
     epochs = args.get("max_epochs")
     sampler = _get(args, "data.sampler.name") or "shuffle"
     note = ", ".join(filter(None, [f"{epochs} ep" if epochs else "", str(sampler)]))
@@ -413,18 +457,43 @@ def find_runs(paths: list[Path], search: list[Path]) -> Found:
                 found.skipped.append((run_dir, str(err)))
                 continue
             found.runs.append(run)
-    found.linear_runs += nearby_linear_runs(found.runs, seen)
-    attach_linear_runs(found, [*search, *paths])
+    copies = drop_copies(found)
+    found.linear_runs += nearby_linear_runs([*found.runs, *(c for c, _ in copies)], seen)
+    attach_linear_runs(found, [*search, *paths], copies)
     kept = []
     for run in found.runs:
         if not run.evals:
             found.skipped.append(
-                (run.path, "no result (no metrics.json, no validation row in a CSV log)")
+                (run.path, "no result (no metrics.json, no validation row in a CSV or wandb log)")
             )
         else:
             kept.append(run)
     found.runs = kept
     return found
+
+
+def _fingerprint(run: Run) -> str:
+    """What makes two run directories one run: the whole ``args.json`` (the seed, the name, the
+    run id and the environment included) and every result read from the run's own files."""
+    results = {k: [e.note, *(e.value(m) for m in METRICS)] for k, e in run.evals.items()}
+    return json.dumps([run.args, results], sort_keys=True, default=str)
+
+
+def drop_copies(found: Found) -> list[tuple[Run, Run]]:
+    """Counts a run found twice (a copied run directory: the same ``args.json`` and results)
+    once, the first found; each copy goes to ``found.copies``. Returns (copy, the run kept)
+    pairs: a linear run of a copy's checkpoint is the kept run's."""
+    first: dict[str, Run] = {}
+    kept, copies = [], []
+    for run in found.runs:
+        original = first.setdefault(_fingerprint(run), run)
+        if original is run:
+            kept.append(run)
+        else:
+            copies.append((run, original))
+            found.copies.append((run.path, original.path))
+    found.runs = kept
+    return copies
 
 
 def nearby_linear_runs(runs: list[Run], seen: set[Path]) -> list[tuple[Path, dict[str, Any]]]:
@@ -448,13 +517,16 @@ def nearby_linear_runs(runs: list[Run], seen: set[Path]) -> list[tuple[Path, dic
     return out
 
 
-def attach_linear_runs(found: Found, search: list[Path]) -> None:
-    """Gives each pretraining run the newest ``main_linear.py`` result of its checkpoints
-    (unless ``metrics.json`` has a linear one); a linear run that cannot be attached is
-    skipped."""
+def attach_linear_runs(found: Found, search: list[Path], copies: list[tuple[Run, Run]]) -> None:
+    """Gives each pretraining run the newest ``main_linear.py`` result of its checkpoints (or
+    of its copies' checkpoints: ``copies``, (copy, run) pairs), unless ``metrics.json`` has a
+    linear one; a linear run that cannot be attached is skipped."""
+    kept_of = {id(copy): run for copy, run in copies}
+    candidates = [*found.runs, *(copy for copy, _ in copies)]
     newest: dict[int, tuple[float, Path, Eval]] = {}
     for linear_dir, args in found.linear_runs:
-        run = owner_of(linear_dir, args, found.runs)
+        run = owner_of(linear_dir, args, candidates)
+        run = kept_of.get(id(run), run)
         if run is None:
             ckpt = args["pretrained_feature_extractor"]
             found.skipped.append(
@@ -466,7 +538,9 @@ def attach_linear_runs(found: Found, search: list[Path]) -> None:
             continue
         result = linear_eval(linear_dir, args, search)
         if result is None:
-            found.skipped.append((linear_dir, "linear run without a validation row in a CSV log"))
+            found.skipped.append(
+                (linear_dir, "linear run without a validation row in a CSV or wandb log")
+            )
             continue
         stamp = (linear_dir / "args.json").stat().st_mtime
         previous = newest.get(id(run))
