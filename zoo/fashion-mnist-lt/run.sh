@@ -20,7 +20,7 @@ SOLO_LEARN_DIR="${SOLO_LEARN_DIR:?set SOLO_LEARN_DIR to the checkout of solo-lea
 SEEDS="${SEEDS:-0 1 2}"
 ROWS="${ROWS:-untrained scl dscl pbsd kcl tsc paco gpaco bcl densecl all4one_ct mocov2plus supcon simclr byol}"
 DOORS="${DOORS:-dscl pbsd}"
-STAGES="classifier_stage=[balanced_linear,crt,logit_adjust]"
+STAGES="++classifier_stage=[balanced_linear,crt,logit_adjust]"
 mkdir -p "$OUT/logs"
 
 timed() {  # label, command...: runs it with its log, appends "label seconds status" to times.tsv
