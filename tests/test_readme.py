@@ -1,4 +1,5 @@
-"""The README's commands are the ones CI and the tests run, so none of them rots."""
+"""The README's set-up and main-job commands are the ones CI and the tests run, and the methods'
+options in docs/methods.md are their declarations, so none of them rots."""
 
 from __future__ import annotations
 
@@ -8,14 +9,22 @@ from conftest import ROOT
 from test_cli import MAIN_JOB
 
 README = (ROOT / "README.md").read_text()
+METHODS_PAGE = (ROOT / "docs" / "methods.md").read_text()
 
 
 def _blocks() -> list[list[str]]:
     return [b.strip().splitlines() for b in re.findall(r"```bash\n(.*?)```", README, re.S)]
 
 
+def _block(name: str) -> list[str]:
+    """The README's block marked ``<!-- command: <name> -->``."""
+    (body,) = re.findall(rf"<!-- command: {name} -->\n```bash\n(.*?)```", README, re.S)
+    return body.strip().splitlines()
+
+
 def test_two_setup_commands_run_by_ci():
-    setup = _blocks()[0]
+    setup = _block("setup")
+    assert _blocks()[:2] == [setup, _block("main-job")]  # the README's first two blocks
     assert setup == ['pip install -e ".[test,dali]"', "pytest"]
     ci = (ROOT / ".ci" / "run").read_text().splitlines()
     for command in setup:
@@ -23,40 +32,30 @@ def test_two_setup_commands_run_by_ci():
 
 
 def test_main_job_command_is_the_tested_one():
-    main_job = _blocks()[1]
+    main_job = _block("main-job")
     assert main_job == [" ".join(MAIN_JOB)]  # the command test_cli.py runs
     assert (ROOT / "scripts/pretrain/synthetic-lt/pbsd.yaml").is_file()
 
 
-def test_the_tested_solo_learn_is_the_one_the_bridge_names():
-    """The release and commit the README tells users to install are those the bridge's one-line
-    error says it is tested with."""
-    from solo_ext.solo_learn.check import TESTED_WITH
-
-    release, commit = TESTED_WITH
-    assert f"solo-learn {release} at\ncommit `{commit}`" in README
-    assert f"git checkout {commit}" in README
-
-
 def test_the_methods_table_lists_the_declared_options():
-    """Each method's ``method_kwargs`` in the README's Methods table are its declarations (key,
-    default, help), as ``tools/readme_options.py`` writes them; the class docstring lists the
+    """Each method's ``method_kwargs`` in docs/methods.md's table are its declarations (key,
+    default, help), as ``tools/docs_options.py`` writes them; the class docstring lists the
     same declarations."""
     import sys
 
     sys.path.insert(0, str(ROOT / "tools"))
     try:
-        import readme_options
+        import docs_options
     finally:
         sys.path.pop(0)
     from solo_ext.config import option_entries
     from solo_ext.methods.registry import SOLO_EXT_METHODS, load, options_markdown
 
-    rows = {m["name"]: m["keys"] for m in readme_options.ROW.finditer(README)}
+    rows = {m["name"]: m["keys"] for m in docs_options.ROW.finditer(METHODS_PAGE)}
     assert set(SOLO_EXT_METHODS) <= set(rows), sorted(set(SOLO_EXT_METHODS) - set(rows))
     for name in SOLO_EXT_METHODS:
         assert rows[name] == options_markdown(name), (
-            f"README's {name} row differs from its declarations: run tools/readme_options.py"
+            f"docs/methods.md's {name} row differs from its declarations: run tools/docs_options.py"
         )
         options = load(name).METHOD_KWARGS
         assert all(option.help for option in options.values()), name  # every key says what it is

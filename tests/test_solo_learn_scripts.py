@@ -24,14 +24,13 @@ import csv
 import json
 import math
 import os
-import pickle
 import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import ROOT
+from conftest import ROOT, fake_cifar, fake_images
 from test_configs import compose_config, configs, data_overrides
 
 from solo_ext.host import HOST
@@ -305,41 +304,6 @@ def test_main_linear_and_knn_on_a_long_tailed_dataset(pretrained, tmp_path):
     ]
     proc = ok(solo("main_knn.py", knn, tmp_path, SOLO_EXT_TEST_CUDA_IS_CPU="1"))
     assert "Result: acc@1=" in proc.stdout
-
-
-def fake_cifar(root: Path, name: str, train_counts: list[int], test_per_class: int = 2) -> None:
-    """CIFAR's python layout (torchvision's file names; checksums skipped by the shim) holding
-    ``train_counts[c]`` random images of class c, and ``test_per_class`` test images."""
-    import torchvision.datasets as tvd
-
-    cls = tvd.CIFAR10 if name == "cifar10" else tvd.CIFAR100
-    label_key = "labels" if name == "cifar10" else "fine_labels"
-    folder = root / cls.base_folder
-    folder.mkdir(parents=True)
-    rng = np.random.default_rng(0)
-    classes = len(train_counts)
-    for files, counts in (
-        (cls.train_list, train_counts),
-        (cls.test_list, [test_per_class] * classes),
-    ):
-        labels = np.array([c for c, n in enumerate(counts) for _ in range(n)])
-        for (file_name, _), part in zip(files, np.array_split(labels, len(files))):
-            pixels = rng.integers(0, 256, (len(part), 3072), dtype=np.uint8)
-            with open(folder / file_name, "wb") as f:
-                pickle.dump({"data": pixels, label_key: part.tolist()}, f)
-    with open(folder / cls.meta["filename"], "wb") as f:
-        pickle.dump({cls.meta["key"]: [f"c{i}" for i in range(classes)]}, f)
-
-
-def fake_images(root: Path, paths: list[str], size: int = 40) -> None:
-    """Tiny JPEG files at ``root / path``."""
-    from PIL import Image
-
-    rng = np.random.default_rng(0)
-    for path in paths:
-        (root / path).parent.mkdir(parents=True, exist_ok=True)
-        pixels = rng.integers(0, 256, (size, size, 3), dtype=np.uint8)
-        Image.fromarray(pixels).save(root / path)
 
 
 def stand_in_data(dataset: str, root: Path) -> list[str]:

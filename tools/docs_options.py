@@ -1,11 +1,11 @@
-"""Writes the last column of the README's Methods table from the methods' declarations.
+"""Writes the last column of the methods table of docs/methods.md from the methods' declarations.
 
-    python tools/readme_options.py          # rewrites README.md in place
-    python tools/readme_options.py --check  # exit status 1 when the README differs
+    python tools/docs_options.py          # rewrites docs/methods.md in place
+    python tools/docs_options.py --check  # exit status 1 when the page differs
 
 Each method's ``method_kwargs`` (key, default, help) are declared once, as ``Option``\\ s in its
 ``METHOD_KWARGS``; the class docstrings are made from them when the classes are, and this tool
-writes the README's list (``tests/test_readme.py`` holds the two equal).
+writes the page's list (``tests/test_readme.py`` holds the two equal).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from pathlib import Path
 
 from solo_ext.methods.registry import SOLO_EXT_METHODS, options_markdown
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+PAGE = Path(__file__).resolve().parent.parent / "docs" / "methods.md"
 ROW = re.compile(r"^\| `(?P<name>[a-z0-9_]+)` \| (?P<what>.*) \| (?P<keys>.*) \|$", re.M)
 
 
@@ -33,11 +33,11 @@ def rewritten(text: str) -> str:
 
 
 def main() -> None:
-    text = README.read_text()
+    text = PAGE.read_text()
     new = rewritten(text)
     if "--check" in sys.argv[1:]:
         sys.exit(int(new != text))
-    README.write_text(new)
+    PAGE.write_text(new)
 
 
 if __name__ == "__main__":
