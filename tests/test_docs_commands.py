@@ -83,7 +83,9 @@ RUNS = {
         before=["solo-ext-pretrain --config-name synthetic-lt/densecl"],
         leaves=["trained_models/densecl/*/dense_predictions.png"],
     ),
-    "solo-learn-scripts": Block(data="cifar100", solo=True, leaves=["trained_models/dscl/*/*.ckpt"]),
+    "solo-learn-scripts": Block(
+        data="cifar100", solo=True, leaves=["trained_models/dscl/*/*.ckpt"]
+    ),
     "make-lt": Block(data="cifar100", leaves=["datasets/cifar100-lt/counts.json"]),
     "leaderboard": Block(
         data="cifar100",
