@@ -91,3 +91,22 @@ def test_the_stage_table_gives_each_stage_its_mean_and_spread_and_each_seed_its_
     assert "| 0 | lws |  | 40.0 / 50.0 / 45.0 / 20.0 |" in per_seed
     summarize.plot_stages(runs, tmp_path / "stages.png")
     assert (tmp_path / "stages.png").stat().st_size > 0
+
+
+def test_the_untrained_floor_is_its_own_row(tmp_path):
+    """A run named untrained-* (the floor: scl at lr 1e-8) is not folded into scl's row."""
+    summarize = load()
+    for name, seed in (("untrained-fashion-mnist-lt", 0), ("scl-fashion-mnist-lt", 0)):
+        run = tmp_path / name / "scl" / "run"
+        run.mkdir(parents=True)
+        args = {
+            "method": "scl",
+            "seed": seed,
+            "name": name,
+            "data": {"dataset": "fashion_mnist_lt"},
+        }
+        (run / "args.json").write_text(json.dumps(args))
+        (run / "metrics.json").write_text(json.dumps({"knn_acc1": 50.0 if "un" in name else 70.0}))
+    runs = summarize.collect(tmp_path)
+    assert sorted(runs) == ["scl", "untrained"]
+    assert runs["untrained"][0]["knn_acc1"] == 50.0 and runs["scl"][0]["knn_acc1"] == 70.0

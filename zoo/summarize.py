@@ -51,8 +51,12 @@ def collect(root: Path) -> dict[str, list[dict]]:
             name = "paco (gpaco)"
         if "centroid_temperature" in kwargs:  # all4one_ct: compared over k
             name += f" (k {kwargs['k']})"
+        if str(args.get("name", "")).startswith("untrained"):  # the floor: no training
+            name = "untrained"
         env = summary(args.get("environment")) or "not recorded"
-        runs[name].append({"seed": args.get("seed"), "environment": env, **metrics})
+        dataset = args.get("data", {}).get("dataset")
+        runs[name].append({"seed": args.get("seed"), "environment": env, "dataset": dataset})
+        runs[name][-1].update(metrics)
     for items in runs.values():
         items.sort(key=lambda r: (r["seed"] is None, r["seed"]))
     return dict(sorted(runs.items()))
@@ -165,7 +169,7 @@ def plot_stages(runs: dict[str, list[dict]], path: Path) -> None:
     plt.close(fig)
 
 
-def plot(runs: dict[str, list[dict]], path: Path) -> None:
+def plot(runs: dict[str, list[dict]], path: Path, dataset: str = "synthetic_lt") -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -183,7 +187,7 @@ def plot(runs: dict[str, list[dict]], path: Path) -> None:
     ax.set_ylabel("kNN top-1 (%)")
     ax.set_ylim(0, 100)
     ax.legend()
-    ax.set_title("kNN top-1 on synthetic_lt, equal budget, mean ± std over seeds")
+    ax.set_title(f"kNN top-1 on {dataset}, equal budget, mean ± std over seeds")
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
@@ -209,7 +213,8 @@ def main() -> None:
     print()
     print(environments(runs))
     if args.plot:
-        plot(runs, args.plot)
+        datasets = sorted({str(r["dataset"]) for items in runs.values() for r in items})
+        plot(runs, args.plot, ", ".join(datasets))
 
 
 if __name__ == "__main__":
