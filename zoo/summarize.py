@@ -1,9 +1,9 @@
 """Summarises pretraining runs into a markdown table (mean +- std over seeds) and a plot.
 
-    python zoo/summarize.py <checkpoint dir> [--plot zoo/synthetic-lt.png] [--stages]
+    python zoo/summarize.py <checkpoint dir> [<dir> ...] [--plot zoo/synthetic-lt.png] [--stages]
 
 Reads ``<dir>/<method>/<run id>/metrics.json`` and ``args.json`` of every run below the
-directory, groups the runs by method, and prints kNN top-1 overall / many / medium / few (and,
+directories, groups the runs by method, and prints kNN top-1 overall / many / medium / few (and,
 for one-stage methods, the same of their head; for DenseCL its dense probe). With ``--stages``,
 the classifier stages of ``solo-ext-linear classifier_stage=all`` instead: one row per method and
 stage, then the same per seed (``--plot`` then draws top-1 and few-shot per stage).
@@ -37,10 +37,10 @@ STAGES = {
 GROUPS = ("acc1", "acc1_many", "acc1_medium", "acc1_few")
 
 
-def collect(root: Path) -> dict[str, list[dict]]:
+def collect(*roots: Path) -> dict[str, list[dict]]:
     """Runs grouped by method (and DenseCL's lambda, which makes its baseline)."""
     runs: dict[str, list[dict]] = defaultdict(list)
-    for metrics_path in sorted(root.rglob("metrics.json")):
+    for metrics_path in sorted(p for root in roots for p in root.rglob("metrics.json")):
         args = json.loads((metrics_path.parent / "args.json").read_text())
         metrics = json.loads(metrics_path.read_text())
         name = args["method"]
@@ -195,11 +195,11 @@ def plot(runs: dict[str, list[dict]], path: Path, dataset: str = "synthetic_lt")
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("root", type=Path)
+    p.add_argument("roots", type=Path, nargs="+")
     p.add_argument("--plot", type=Path)
     p.add_argument("--stages", action="store_true", help="the classifier stages' table")
     args = p.parse_args()
-    runs = collect(args.root)
+    runs = collect(*args.roots)
     if args.stages:
         print(stage_table(runs))
         print()
