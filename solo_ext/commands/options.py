@@ -67,6 +67,39 @@ def check_pretrain_early(cfg: DictConfig) -> None:
     check_options(cfg, DATA_KEYS)
 
 
+# where the evaluation commands run (solo-ext-knn's feature extraction; solo-ext-linear's too,
+# and its training): Lightning's accelerator names; the default is each command's conf file's
+ACCELERATOR = Option(
+    IN_CONF,
+    "str",
+    choices=("auto", "cpu", "gpu"),
+    help="where the features are extracted (and a classifier trained): `gpu`, `cpu`, or "
+    "`auto`, the GPU when torch sees one",
+)
+# the feature extraction's loader: images per batch, and the processes that load them
+EXTRACTION_BATCH = Option(IN_CONF, "int", 1, help="images per batch of the feature extraction")
+EXTRACTION_WORKERS = Option(
+    IN_CONF,
+    "int",
+    0,
+    nullable=True,
+    help="data-loading processes of the feature extraction; null: the run's data.num_workers",
+)
+
+
+def check_accelerator(cfg: DictConfig) -> None:
+    """``accelerator=gpu`` on a machine where torch sees no GPU stops in one line, before any
+    work (torch is imported only to ask)."""
+    if select(cfg, "accelerator") == "gpu":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise ConfigError(
+                "accelerator='gpu': torch sees no GPU on this machine "
+                "(torch.cuda.is_available() is False); accelerator=auto or cpu runs on the CPU"
+            )
+
+
 # every key solo-ext-knn reads, declared once; the defaults are conf/knn.yaml's
 KNN_OPTIONS: dict[str, Option] = conf_options(
     "knn",
@@ -74,15 +107,19 @@ KNN_OPTIONS: dict[str, Option] = conf_options(
         "k": Option(IN_CONF, "int", 1),
         "temperature": Option(IN_CONF, "float", 0, low_open=True),
         "distance": Option(IN_CONF, "str", choices=DISTANCES),
-        "batch_size": Option(IN_CONF, "int", 1),
+        "accelerator": ACCELERATOR,
+        "batch_size": EXTRACTION_BATCH,
+        "num_workers": EXTRACTION_WORKERS,
     },
 )
 
 
 def check_knn_early(cfg: DictConfig) -> None:
-    """What a ``solo-ext-knn`` config is refused for before the training stack is imported."""
+    """What a ``solo-ext-knn`` config is refused for before the training stack is imported
+    (``run`` checks it again: it is also called directly)."""
     check_options(cfg, KNN_OPTIONS)
     check_options(cfg, DATA_KEYS)
+    check_accelerator(cfg)
 
 
 # every key solo-ext-dense-probe reads, declared once; the defaults are conf/dense_probe.yaml's
@@ -144,8 +181,7 @@ SCHEDULE_OPTIONS: dict[str, Option] = conf_options(
 
 
 # every key solo-ext-linear reads, declared once; the defaults are conf/linear.yaml's; null: by
-# the evaluated data (classifier_stage.STAGE_SCHEDULES). ``accelerator``, whose choices
-# Lightning registers, is added by ``commands.linear.OPTIONS``.
+# the evaluated data (classifier_stage.STAGE_SCHEDULES)
 LINEAR_OPTIONS: dict[str, Option] = {
     **conf_options(
         "linear",
@@ -159,7 +195,10 @@ LINEAR_OPTIONS: dict[str, Option] = {
             "dali.device": Option(IN_CONF, "str", choices=("gpu", "cpu"), nullable=True),
             "enable_progress_bar": Option(True, "bool"),
             "seed": Option(IN_CONF, "int", 0),
+            "accelerator": ACCELERATOR,
             "devices": Option(IN_CONF, "devices"),
+            "features.batch_size": EXTRACTION_BATCH,
+            "features.num_workers": EXTRACTION_WORKERS,
         },
     ),
     **SCHEDULE_OPTIONS,
@@ -179,9 +218,10 @@ def check_step_epochs(cfg: DictConfig) -> None:
 
 def check_linear_early(cfg: DictConfig) -> None:
     """What a ``solo-ext-linear`` config is refused for before the training stack is imported:
-    a declared key out of range (the data keys given here too), an unknown ``dali`` key, and
-    ``step`` without its epochs."""
+    a declared key out of range (the data keys given here too), an unknown ``dali`` key,
+    ``step`` without its epochs, and a GPU asked for where there is none."""
     check_options(cfg, LINEAR_OPTIONS)
     check_options(cfg, DATA_KEYS)
     check_dali_keys(cfg)
     check_step_epochs(cfg)
+    check_accelerator(cfg)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,24 @@ from solo_ext.eval.longtail import longtail_report, save_longtail_eval
 from solo_ext.eval.metrics_file import update_metrics
 
 
+def eval_device(
+    accelerator: str = "auto", devices: int | str | Sequence[int] = 1, rank: int = 0
+) -> torch.device:
+    """The device an evaluation runs on for its ``accelerator`` (``cpu``, ``gpu``, or ``auto``:
+    the GPU when torch sees one): the CPU, or the GPU of local process ``rank`` among those
+    Lightning's parse of ``devices`` names (``1``: the first; ``[2, 3]``; ``"0,1"``; ``-1`` and
+    ``auto``: all)."""
+    if accelerator == "cpu" or (accelerator == "auto" and not torch.cuda.is_available()):
+        return torch.device("cpu")
+    from lightning.fabric.accelerators import CUDAAccelerator
+    from omegaconf import OmegaConf
+
+    if OmegaConf.is_config(devices):
+        devices = OmegaConf.to_container(devices)
+    indices = CUDAAccelerator.parse_devices(-1 if devices == "auto" else devices)
+    return CUDAAccelerator.get_parallel_devices(indices)[rank]
+
+
 @torch.no_grad()
 def extract_features(
     backbone: nn.Module,
@@ -26,14 +45,21 @@ def extract_features(
     num_workers: int = 0,
     device: torch.device | str | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Features [N, D] and labels [N] of a dataset of (image, label) under ``backbone.eval()``."""
-    device = device or next(backbone.parameters()).device
+    """Features [N, D] and labels [N] of a dataset of (image, label) under ``backbone.eval()``:
+    the batches moved to ``device`` (default: the backbone's, where it must be), the features
+    brought back to the CPU."""
+    device = torch.device(device) if device is not None else next(backbone.parameters()).device
     was_training = backbone.training
     backbone.eval()
     feats, labels = [], []
-    loader = DataLoader(dataset, batch_size=batch_size, num_workers=num_workers)
+    loader = DataLoader(
+        dataset,
+        batch_size=batch_size,
+        num_workers=num_workers,
+        pin_memory=device.type == "cuda",
+    )
     for x, y in loader:
-        feats.append(backbone(x.to(device)).float().cpu())
+        feats.append(backbone(x.to(device, non_blocking=True)).float().cpu())
         labels.append(torch.as_tensor(y))
     backbone.train(was_training)
     return torch.cat(feats), torch.cat(labels)
@@ -45,20 +71,23 @@ def split_features(
     batch_size: int = 256,
     device: torch.device | str | None = None,
     crop: int | None = None,
+    num_workers: int = 0,
 ) -> dict:
     """Frozen features of the train and val splits (deterministic transform at ``crop``, by
-    default the run's crop size), and the datasets; on ``device`` (default: the backbone's),
-    the backbone moved back afterwards."""
+    default the run's crop size; ``batch_size`` images a batch, loaded by ``num_workers``
+    processes), and the datasets; extracted on ``device`` (default: the backbone's), the
+    backbone moved back afterwards, the features on the CPU."""
     if crop is None:
         crop = pre_cfg.augmentations[0].crop_size if pre_cfg.get("augmentations") else 224
     transform = build_eval_transform(pre_cfg.data.dataset, crop)
     train = build_dataset(pre_cfg.data, "train", transform)
     val = build_dataset(pre_cfg.data, "val", transform)
     home = next(backbone.parameters()).device
-    backbone.to(device or home)
+    device = torch.device(device) if device is not None else home
+    backbone.to(device)
     try:
-        train_x, train_y = extract_features(backbone, train, batch_size)
-        val_x, val_y = extract_features(backbone, val, batch_size)
+        train_x, train_y = extract_features(backbone, train, batch_size, num_workers, device)
+        val_x, val_y = extract_features(backbone, val, batch_size, num_workers, device)
     finally:
         backbone.to(home)
     return {
