@@ -132,6 +132,31 @@ def test_linear_cli_with_class_balanced_sampler(pretrained_run, command):
     assert (pretrained_run / "linear_per_class.png").is_file()
 
 
+@pytest.mark.parametrize("key", ["pretrained_checkpoint_dir", "pretrained_feature_extractor"])
+def test_a_linear_recipe_takes_the_run_directory(pretrained_run, command, key, tmp_path):
+    """A recipe (``--config-name <dataset>/dscl``) with the run directory, under either key:
+    the run's newest checkpoint is evaluated with the recipe's stage, as without a recipe."""
+    from solo_ext.commands.linear import main
+
+    argv = [
+        "--config-name",
+        "synthetic-lt/dscl",
+        f"{key}={pretrained_run}",
+        "max_epochs=1",
+        "data.num_classes=4",  # the run's data
+        "data.synthetic.n_max=24",
+    ]
+    code, out, err = command(main, "solo-ext-linear", *argv, cwd=tmp_path)
+    assert code == 0, err[-3000:]
+    assert "linear probe on synthetic_lt val: acc@1" in out
+    metrics = json.loads((pretrained_run / "metrics.json").read_text())
+    # the recipe's stage (its batch, sampler and schedule), one epoch
+    assert metrics["linear_epochs"] == 1 and metrics["linear_batch"] == 256
+    assert metrics["linear_sampler"] == "class_balanced"
+    assert metrics["linear_lr_decay_epochs"] == [20, 25]
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_eval_of_missing_run_is_one_line(tmp_path, command):
     from solo_ext.commands.knn import main
 
@@ -223,6 +248,20 @@ def test_help_cfg_job_and_a_refused_value_answer_before_the_training_stack(tmp_p
         ("dense_probe", ["pretrained_checkpoint_dir=x", "num_plot=-1"]),
         ("pretrain", ["--config-name", "synthetic-lt/scl", "data.num_workers=-1"]),
         ("knn", ["pretrained_checkpoint_dir=x", "+data.bad_images=no"]),
+        # no run named (a recipe's pretrained_feature_extractor left at ???), or two
+        ("knn", []),
+        ("linear", ["--config-name", "synthetic-lt/dscl"]),
+        ("dense_probe", ["num_plot=1"]),
+        (
+            "linear",
+            [
+                "--config-name",
+                "dscl",
+                "pretrained_checkpoint_dir=a",
+                "max_epochs=1",
+                "pretrained_feature_extractor=b",
+            ],
+        ),  # fmt: skip
     ]
     done = mains_in_one_process([(str(i), c, tmp_path, a) for i, (c, a) in enumerate(cases)])
     for i, (name, argv) in enumerate(cases):
@@ -249,5 +288,13 @@ def test_help_cfg_job_and_a_refused_value_answer_before_the_training_stack(tmp_p
         "solo-ext-dense-probe: error: num_plot=-1: must be an integer >= 0",
         "solo-ext-pretrain: error: data.num_workers=-1: must be an integer >= 0",
         "solo-ext-knn: error: data.bad_images='no': must be one of ['error', 'off', 'skip']",
+        *[
+            f"solo-ext-{command}: error: pretrained_checkpoint_dir is missing: give the "
+            "pretrained run's directory, pretrained_checkpoint_dir=trained_models/<method>/<run id>"
+            for command in ("knn", "linear", "dense-probe")
+        ],
+        "solo-ext-linear: error: pretrained_checkpoint_dir='a' and "
+        "pretrained_feature_extractor='b': give one of them (the run directory, or its "
+        "checkpoint)",
     ]
     assert "method: pbsd" in done["3"][2] and list(tmp_path.iterdir()) == []

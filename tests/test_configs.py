@@ -13,6 +13,8 @@ import csv
 import functools
 import json
 import math
+import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -295,3 +297,89 @@ def test_config_name_without_config_path(tmp_path, command, monkeypatch):
     monkeypatch.setenv("SOLO_EXT_AUTOLOAD", "0")
     code, _, err = command(main, str(exe), *argv, cwd=tmp_path)
     assert code != 0 and "synthetic-lt/dscl" in err, err
+
+
+# --- the command lines the headers show ---------------------------------------------------------
+
+# the headers' placeholders, as solo-ext and solo-learn name a run and its checkpoints: a
+# checkpoint's name holds '=' (``ep=199``), which Hydra's grammar takes only in a quoted value
+PLACEHOLDERS = {
+    "<run id>": "offline-ab12cd34",
+    "<run dir>": "trained_models/dscl/offline-ab12cd34",
+    "<checkpoint>": "dscl-cifar100-lt-offline-ab12cd34-ep=199",
+}
+# the programs a header may show, and the configs they read
+PROGRAMS = {
+    "main_pretrain.py": "pretrain",
+    "solo-ext-pretrain": "pretrain",
+    "main_linear.py": "linear",
+    "solo-ext-linear": "linear",
+    "solo-ext-knn": "knn",
+}
+RUN_KEYS = ("pretrained_feature_extractor", "pretrained_checkpoint_dir")
+
+
+def header_commands(path: Path) -> list[str]:
+    """The command lines of a config's header (``#   python main_linear.py ...`` or
+    ``#   solo-ext-<command> ...``, indented), continued lines joined, a closing remark in
+    parentheses (``   (in a solo-learn checkout)``) left out."""
+    commands, current = [], None
+    for line in path.read_text().splitlines():
+        if not line.startswith("#"):
+            break
+        text = line[1:].strip()
+        if current is not None:
+            current += " " + text
+        elif line.startswith("#   ") and re.match(r"(python \S+\.py|solo-ext-[\w-]+)(\s|$)", text):
+            current = text
+        else:
+            continue
+        if current.endswith("\\"):
+            current = current[:-1].rstrip()
+            continue
+        commands.append(re.sub(r"\s{2,}\(.*\)$", "", current))
+        current = None
+    return commands
+
+
+def test_every_header_command_line_is_taken_by_hydra():
+    """Each command line a header shows, its placeholders filled in (a checkpoint named as
+    solo-learn names them, with '='), is what a shell hands the program: every argument after
+    the config name parses with Hydra's override parser, the config composes with them, and
+    the run's key holds the path as written."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parser = OverridesParser.create()
+    shown = with_equals = 0
+    for path in sorted(SCRIPTS.rglob("*.yaml")):
+        for line in header_commands(path):
+            for placeholder, value in PLACEHOLDERS.items():
+                line = line.replace(placeholder, value)
+            assert not re.search(r"<[^>]*>", line), f"{path}: an unknown placeholder: {line}"
+            argv = shlex.split(line)
+            argv = argv[1:] if argv[0] == "python" else argv
+            kind = PROGRAMS[argv[0]]
+            assert argv[1] == "--config-name", f"{path}: {line}"
+            name, overrides = argv[2], argv[3:]
+            assert (SCRIPTS / kind / name).with_suffix(".yaml") == path, f"{path}: {line}"
+            parsed = parser.parse_overrides(overrides)  # raises at an argument Hydra refuses
+            cfg = compose_config(kind, name, overrides)
+            for override, given in zip(parsed, overrides):
+                key = override.key_or_group
+                assert key in RUN_KEYS, f"{path}: {line}"
+                written = given.split("=", 1)[1]
+                assert cfg[key] == written.strip("'") == override.value(), f"{path}: {line}"
+                with_equals += "=" in cfg[key]
+            shown += 1
+    assert shown >= 2 * len(configs("pretrain")) + len(configs("knn"))
+    assert with_equals >= len(configs("linear"))  # every linear recipe's checkpoint
+
+
+def test_an_unquoted_checkpoint_name_is_refused_by_hydra():
+    """(What the quotes in the headers are for.)"""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import OverrideParseException
+
+    name = PLACEHOLDERS["<checkpoint>"]
+    with pytest.raises(OverrideParseException):
+        OverridesParser.create().parse_overrides([f"pretrained_feature_extractor={name}.ckpt"])

@@ -38,6 +38,8 @@ def test_the_device_is_the_accelerators(accelerator, available, devices, rank, w
     [
         (mains.knn, "solo-ext-knn", []),
         (mains.linear, "solo-ext-linear", []),
+        # a recipe that asks for the GPU (solo-learn's main_linear.py reads it too)
+        (mains.linear, "solo-ext-linear", ["--config-name", "cifar100-lt/dscl"]),
     ],
 )
 def test_gpu_without_a_gpu_is_one_line_before_anything(main, prog, argv, tmp_path, command,

@@ -39,11 +39,13 @@ stage), per-class accuracy into ``linear_per_class.csv`` and ``linear_per_class.
 ``solo_ext/conf/linear.yaml``.
 
 It also takes solo-learn's linear configs (``scripts/linear``, the ones ``main_linear.py``
-reads): ``pretrained_feature_extractor`` names the checkpoint, ``optimizer.lr`` is given per 256
-images and scaled by the batch as solo-learn does, and the keys in :data:`SOLO_LINEAR_KEYS` are
-accepted without being used (nor are the ``scheduler`` keys other than ``name`` and
-``lr_decay_steps``). The backbone is the run's (``args.json``): a ``backbone.name`` or
-``backbone.kwargs`` value given here that differs from the run's stops in one line naming both.
+reads): ``pretrained_feature_extractor`` names the checkpoint (or the run directory), or
+``pretrained_checkpoint_dir`` the run directory (its newest checkpoint), one of the two;
+``optimizer.lr`` is given per 256 images and scaled by the batch as solo-learn does, and the
+keys in :data:`SOLO_LINEAR_KEYS` are accepted without being used (nor are the ``scheduler``
+keys other than ``name`` and ``lr_decay_steps``). The backbone is the run's (``args.json``): a
+``backbone.name`` or ``backbone.kwargs`` value given here that differs from the run's stops in
+one line naming both.
 """
 
 from __future__ import annotations

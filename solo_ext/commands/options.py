@@ -23,6 +23,7 @@ from solo_ext.config import (
 )
 from solo_ext.data.options import DATA_KEYS, check_dali_keys
 from solo_ext.eval.options import CLASSIFIER_STAGE_OPTIONS, DECOUPLED_OPTIONS
+from solo_ext.runs.keys import run_key
 
 # the numbers of solo-learn's pretraining keys that solo-ext passes on to torch and Lightning,
 # but the three whose choices Lightning registers (``commands.pretrain.RUN_OPTIONS`` adds them):
@@ -117,6 +118,7 @@ KNN_OPTIONS: dict[str, Option] = conf_options(
 def check_knn_early(cfg: DictConfig) -> None:
     """What a ``solo-ext-knn`` config is refused for before the training stack is imported
     (``run`` checks it again: it is also called directly)."""
+    run_key(cfg)
     check_options(cfg, KNN_OPTIONS)
     check_options(cfg, DATA_KEYS)
     check_accelerator(cfg)
@@ -138,6 +140,7 @@ DENSE_PROBE_OPTIONS: dict[str, Option] = conf_options(
 
 def check_dense_probe_early(cfg: DictConfig) -> None:
     """What a ``solo-ext-dense-probe`` config is refused for before the training stack."""
+    run_key(cfg)
     check_options(cfg, DENSE_PROBE_OPTIONS)
     check_options(cfg, DATA_KEYS)
 
@@ -218,8 +221,9 @@ def check_step_epochs(cfg: DictConfig) -> None:
 
 def check_linear_early(cfg: DictConfig) -> None:
     """What a ``solo-ext-linear`` config is refused for before the training stack is imported:
-    a declared key out of range (the data keys given here too), an unknown ``dali`` key,
-    ``step`` without its epochs, and a GPU asked for where there is none."""
+    no run named (or two), a declared key out of range (the data keys given here too), an
+    unknown ``dali`` key, ``step`` without its epochs, and a GPU asked for where there is none."""
+    run_key(cfg)
     check_options(cfg, LINEAR_OPTIONS)
     check_options(cfg, DATA_KEYS)
     check_dali_keys(cfg)
