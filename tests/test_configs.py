@@ -383,3 +383,76 @@ def test_an_unquoted_checkpoint_name_is_refused_by_hydra():
     name = PLACEHOLDERS["<checkpoint>"]
     with pytest.raises(OverrideParseException):
         OverridesParser.create().parse_overrides([f"pretrained_feature_extractor={name}.ckpt"])
+
+
+# --- the GPUs and batches the headers state -----------------------------------------------------
+
+NUMBERS = {"one": 1, "two": 2, "four": 4, "eight": 8}
+COUNT = r"(\d+|one|two|four|eight)"
+# "2 GPUs x 128": devices x optimizer.batch_size (the batch per GPU)
+PER_GPU = re.compile(rf"\b{COUNT} GPUs? x (\d+)\b")
+# "one GPU for the batch of 2048": devices, and devices x optimizer.batch_size
+FOR_BATCH = re.compile(rf"\b{COUNT} GPUs? for the (?:total )?batch of (\d+)\b")
+# "the total batch of 256 (2 GPUs x 128": the product too
+TOTAL = re.compile(rf"\bbatch of (\d+) \({COUNT} GPUs? x (\d+)\b")
+
+
+def recipe_comments(path: Path) -> str:
+    """A recipe's comments, the header's and those beside its values, as one text (a phrase may
+    be broken across the header's lines)."""
+    texts = [line.partition("#")[2] for line in path.read_text().splitlines() if "#" in line]
+    return " ".join(" ".join(texts).split())
+
+
+def stated_gpus(text: str) -> list[tuple[str, int, int | None, int | None]]:
+    """Each "<N> GPUs x <B>" phrase (and "<N> GPU(s) for the batch of <T>") of ``text`` that is
+    not the official run's: (phrase, GPUs, batch per GPU, total batch)."""
+
+    def number(word: str) -> int:
+        return NUMBERS.get(word) or int(word)
+
+    found = []
+    for pattern in (PER_GPU, FOR_BATCH, TOTAL):
+        for match in pattern.finditer(text):
+            clause = re.split(r"[(),;:]", text[: match.start()])[-1]
+            if "official" in clause:
+                continue  # (the official run's setting, stated beside this one)
+            if pattern is PER_GPU:
+                gpus, per_gpu, total = match[1], match[2], None
+            elif pattern is FOR_BATCH:
+                gpus, per_gpu, total = match[1], None, match[2]
+            else:
+                gpus, per_gpu, total = match[2], match[3], match[1]
+            found.append((match[0], number(gpus), per_gpu and int(per_gpu), total and int(total)))
+    return found
+
+
+def test_the_gpus_and_batches_a_header_states_are_the_recipes():
+    """Every "<N> GPUs x <B>" a recipe states (header or comment; not the official run's that it
+    quotes beside it) is its devices x optimizer.batch_size, and a stated total batch is their
+    product."""
+    from solo_ext.config import device_count
+
+    checked = 0
+    for kind in ("pretrain", "linear"):
+        for name in configs(kind):
+            path = SCRIPTS / kind / f"{name}.yaml"
+            cfg = compose_config(kind, name)
+            gpus, batch = device_count(cfg.devices), cfg.optimizer.batch_size
+            for phrase, n, per_gpu, total in stated_gpus(recipe_comments(path)):
+                where = f"{path.relative_to(ROOT)}: {phrase!r}, the file: {gpus} x {batch}"
+                assert n == gpus, where
+                assert per_gpu is None or per_gpu == batch, where
+                assert total is None or total == gpus * batch, where
+                checked += 1
+    assert checked >= 25  # (the phrases are found)
+
+
+def test_a_header_that_states_other_gpus_fails():
+    text = "SGD at lr 0.1 for the total batch of 256 (4 GPUs x 64; the official 8 x 32)"
+    assert stated_gpus(text) == [
+        ("4 GPUs x 64", 4, 64, None),
+        ("batch of 256 (4 GPUs x 64", 4, 64, 256),
+    ]
+    text = "(the official 224) gpus: one GPU for the batch of 2048 (the official 2 GPUs x 1024)"
+    assert stated_gpus(text) == [("one GPU for the batch of 2048", 1, None, 2048)]
