@@ -13,6 +13,7 @@ import torch
 from conftest import eval_cfg, tiny_cfg
 
 from solo_ext.commands import knn, linear, mains
+from solo_ext.commands.devices import eval_device
 from solo_ext.eval import common
 
 
@@ -30,7 +31,7 @@ from solo_ext.eval import common
 def test_the_device_is_the_accelerators(accelerator, available, devices, rank, want, monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: available)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 4 if available else 0)
-    assert common.eval_device(accelerator, devices, rank) == torch.device(want)
+    assert eval_device(accelerator, devices, rank) == torch.device(want)
 
 
 @pytest.mark.parametrize(

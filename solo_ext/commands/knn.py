@@ -22,11 +22,12 @@ from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
 from solo_ext.commands import mains
+from solo_ext.commands.devices import eval_device
 from solo_ext.commands.options import KNN_OPTIONS as OPTIONS
 from solo_ext.commands.options import check_knn_early
 from solo_ext.config import declared, fill_options
 from solo_ext.data.options import DATA_KEYS
-from solo_ext.eval.common import eval_device, report, split_features
+from solo_ext.eval.common import report, split_features
 from solo_ext.eval.knn_classifier import knn_predict
 from solo_ext.runs.environment import environment
 from solo_ext.runs.load import load_for_eval

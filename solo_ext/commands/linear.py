@@ -61,6 +61,7 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, TensorDataset
 
 from solo_ext.commands import mains
+from solo_ext.commands.devices import eval_device
 from solo_ext.commands.linear_stage import (
     STAGE_SCHEDULE_NAMES,
     FrozenBackboneClassifier,
@@ -90,7 +91,7 @@ from solo_ext.eval.classifier_stage import (
     stage_data_long_tailed,
     train_augmentation_entry,
 )
-from solo_ext.eval.common import eval_device, extract_features, report, split_features
+from solo_ext.eval.common import extract_features, report, split_features
 from solo_ext.eval.decoupled import report_stages
 from solo_ext.eval.options import stages_of
 from solo_ext.runs.environment import environment

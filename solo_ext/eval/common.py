@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -17,24 +16,6 @@ from solo_ext.data.datasets import build_dataset, train_class_counts
 from solo_ext.data.transforms import build_eval_transform
 from solo_ext.eval.longtail import longtail_report, save_longtail_eval
 from solo_ext.eval.metrics_file import update_metrics
-
-
-def eval_device(
-    accelerator: str = "auto", devices: int | str | Sequence[int] = 1, rank: int = 0
-) -> torch.device:
-    """The device an evaluation runs on for its ``accelerator`` (``cpu``, ``gpu``, or ``auto``:
-    the GPU when torch sees one): the CPU, or the GPU of local process ``rank`` among those
-    Lightning's parse of ``devices`` names (``1``: the first; ``[2, 3]``; ``"0,1"``; ``-1`` and
-    ``auto``: all)."""
-    if accelerator == "cpu" or (accelerator == "auto" and not torch.cuda.is_available()):
-        return torch.device("cpu")
-    from lightning.fabric.accelerators import CUDAAccelerator
-    from omegaconf import OmegaConf
-
-    if OmegaConf.is_config(devices):
-        devices = OmegaConf.to_container(devices)
-    indices = CUDAAccelerator.parse_devices(-1 if devices == "auto" else devices)
-    return CUDAAccelerator.get_parallel_devices(indices)[rank]
 
 
 @torch.no_grad()
