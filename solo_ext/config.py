@@ -23,6 +23,14 @@ class ConfigError(ValueError):
     """A bad config key or value; the message is one line naming both."""
 
 
+class MissingKeyError(ConfigError):
+    """A key the config must give is missing (``key``: which)."""
+
+    def __init__(self, key: str):
+        super().__init__(f"{key} is missing from the config")
+        self.key = key
+
+
 # Errors a user can fix from the message alone: printed as one line, no traceback.
 USER_ERRORS = (ConfigError, HostError, FileNotFoundError)
 
@@ -63,7 +71,7 @@ def require(cfg: DictConfig, *keys: str) -> None:
     """Raises for the first key that is missing (absent, null or ``???``)."""
     for key in keys:
         if OmegaConf.select(cfg, key, default=None) is None:
-            raise ConfigError(f"{key} is missing from the config")
+            raise MissingKeyError(key)
 
 
 def check_range(

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import mains_in_one_process
+from conftest import ROOT, mains_in_one_process
 
 # the README's main job, run below with TINY appended
 MAIN_JOB = ["solo-ext-pretrain", "--config-name", "synthetic-lt/pbsd"]
@@ -132,6 +132,31 @@ def test_linear_cli_with_class_balanced_sampler(pretrained_run, command):
     assert (pretrained_run / "linear_per_class.png").is_file()
 
 
+@pytest.mark.parametrize("key", ["pretrained_checkpoint_dir", "pretrained_feature_extractor"])
+def test_a_linear_recipe_takes_the_run_directory(pretrained_run, command, key, tmp_path):
+    """A recipe (``--config-name <dataset>/dscl``) with the run directory, under either key:
+    the run's newest checkpoint is evaluated with the recipe's stage, as without a recipe."""
+    from solo_ext.commands.linear import main
+
+    argv = [
+        "--config-name",
+        "synthetic-lt/dscl",
+        f"{key}={pretrained_run}",
+        "max_epochs=1",
+        "data.num_classes=4",  # the run's data
+        "data.synthetic.n_max=24",
+    ]
+    code, out, err = command(main, "solo-ext-linear", *argv, cwd=tmp_path)
+    assert code == 0, err[-3000:]
+    assert "linear probe on synthetic_lt val: acc@1" in out
+    metrics = json.loads((pretrained_run / "metrics.json").read_text())
+    # the recipe's stage (its batch, sampler and schedule), one epoch
+    assert metrics["linear_epochs"] == 1 and metrics["linear_batch"] == 256
+    assert metrics["linear_sampler"] == "class_balanced"
+    assert metrics["linear_lr_decay_epochs"] == [20, 25]
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_eval_of_missing_run_is_one_line(tmp_path, command):
     from solo_ext.commands.knn import main
 
@@ -170,6 +195,75 @@ def test_cfg_job_after_the_overrides(tmp_path, command):
     argv = ["--config-name", "synthetic-lt/scl", "seed=7", "--cfg", "job"]
     code, out, _ = command(main, "solo-ext-pretrain", *argv, cwd=tmp_path)
     assert code == 0 and "seed: 7" in out and list(tmp_path.iterdir()) == []
+
+
+# what solo-ext-pretrain says when it is started without a recipe
+NO_RECIPE = (
+    "solo-ext-pretrain: error: no recipe given (method is missing from the config): pass "
+    "--config-name <dataset>/<method>, e.g. --config-name cifar100-lt/dscl (solo-ext-pretrain "
+    "--help lists the recipes)"
+)
+
+
+@pytest.mark.parametrize(
+    "name, kind, example",
+    [
+        ("pretrain", "pretrain", "cifar100-lt/dscl"),
+        ("linear", "linear", "cifar100-lt/dscl"),
+        ("knn", "knn", "cifar100-lt/scl"),
+        ("dense_probe", None, None),
+    ],
+)
+def test_help_names_the_command_and_how_to_pick_a_recipe(name, kind, example, tmp_path, command):
+    """``--help`` starts with the command's name (not Hydra's "entry is powered by Hydra"),
+    says how to pick a recipe, and lists each dataset's recipes where they are."""
+    from solo_ext.commands import mains
+
+    prog = "solo-ext-" + name.replace("_", "-")
+    code, out, _ = command(getattr(mains, name), prog, "--help", cwd=tmp_path)
+    assert code == 0 and out.startswith(f"{prog}: ")
+    assert "powered by Hydra" not in out and "entry" not in out.split()
+    assert f"  {prog} " in out  # the usage
+    if kind is None:  # (no recipes: the packaged defaults)
+        assert "--config-name <dataset>/<method>" not in out
+        assert "pretrained_checkpoint_dir: null" in out
+    else:
+        assert f"Pick a recipe with --config-name <dataset>/<method>, e.g. {example}." in out
+        root = ROOT / "scripts" / kind
+        assert f"files {root}/<dataset>/<method>.yaml:" in out
+        folders = [p for p in sorted(root.iterdir()) if p.is_dir() and p.name != "ext_defaults"]
+        for folder in folders:
+            names = sorted(p.stem for p in folder.glob("*.yaml"))
+            assert f"\n  {folder.name}: {', '.join(names)}\n" in out
+        assert "/".join(example.split("/")) in out
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_recipes_help_shows_its_config(tmp_path, command):
+    from solo_ext.commands import mains
+
+    argv = ["--config-name", "cifar100-lt/dscl", "max_epochs=7", "--help"]
+    code, out, _ = command(mains.pretrain, "solo-ext-pretrain", *argv, cwd=tmp_path)
+    assert code == 0 and out.startswith("solo-ext-pretrain: ")
+    config = out.split("== Config ==\n", 1)[1]
+    assert "method: dscl" in config and "max_epochs: 7" in config
+
+
+@pytest.mark.parametrize(
+    "argv, why",
+    [
+        ([], "method is missing from the config"),
+        (["+method=scl"], "backbone.name is missing from the config"),
+        (["seed=3"], "seed=3 sets a recipe's key"),  # (Hydra: several lines, status 1)
+    ],
+)
+def test_pretrain_without_a_recipe_says_what_to_pass(argv, why, tmp_path, command):
+    from solo_ext.commands import mains
+
+    code, out, err = command(mains.pretrain, "solo-ext-pretrain", *argv, cwd=tmp_path)
+    assert code == 2 and out == ""
+    assert err == NO_RECIPE.replace("(method is missing from the config)", f"({why})") + "\n"
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_every_console_script_is_its_commands_main():
@@ -223,6 +317,23 @@ def test_help_cfg_job_and_a_refused_value_answer_before_the_training_stack(tmp_p
         ("dense_probe", ["pretrained_checkpoint_dir=x", "num_plot=-1"]),
         ("pretrain", ["--config-name", "synthetic-lt/scl", "data.num_workers=-1"]),
         ("knn", ["pretrained_checkpoint_dir=x", "+data.bad_images=no"]),
+        # no run named (a recipe's pretrained_feature_extractor left at ???), or two
+        ("knn", []),
+        ("linear", ["--config-name", "synthetic-lt/dscl"]),
+        ("dense_probe", ["num_plot=1"]),
+        (
+            "linear",
+            [
+                "--config-name",
+                "dscl",
+                "pretrained_checkpoint_dir=a",
+                "max_epochs=1",
+                "pretrained_feature_extractor=b",
+            ],
+        ),
+        ("knn", ["--help"]),
+        ("dense_probe", ["--help"]),
+        ("pretrain", []),  # no recipe
     ]
     done = mains_in_one_process([(str(i), c, tmp_path, a) for i, (c, a) in enumerate(cases)])
     for i, (name, argv) in enumerate(cases):
@@ -249,5 +360,14 @@ def test_help_cfg_job_and_a_refused_value_answer_before_the_training_stack(tmp_p
         "solo-ext-dense-probe: error: num_plot=-1: must be an integer >= 0",
         "solo-ext-pretrain: error: data.num_workers=-1: must be an integer >= 0",
         "solo-ext-knn: error: data.bad_images='no': must be one of ['error', 'off', 'skip']",
+        *[
+            f"solo-ext-{command}: error: pretrained_checkpoint_dir is missing: give the "
+            "pretrained run's directory, pretrained_checkpoint_dir=trained_models/<method>/<run id>"
+            for command in ("knn", "linear", "dense-probe")
+        ],
+        "solo-ext-linear: error: pretrained_checkpoint_dir='a' and "
+        "pretrained_feature_extractor='b': give one of them (the run directory, or its "
+        "checkpoint)",
+        NO_RECIPE,
     ]
     assert "method: pbsd" in done["3"][2] and list(tmp_path.iterdir()) == []

@@ -13,6 +13,8 @@ import csv
 import functools
 import json
 import math
+import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -298,3 +300,162 @@ def test_config_name_without_config_path(tmp_path, command, monkeypatch):
     monkeypatch.setenv("SOLO_EXT_AUTOLOAD", "0")
     code, _, err = command(main, str(exe), *argv, cwd=tmp_path)
     assert code != 0 and "synthetic-lt/dscl" in err, err
+
+
+# --- the command lines the headers show ---------------------------------------------------------
+
+# the headers' placeholders, as solo-ext and solo-learn name a run and its checkpoints: a
+# checkpoint's name holds '=' (``ep=199``), which Hydra's grammar takes only in a quoted value
+PLACEHOLDERS = {
+    "<run id>": "offline-ab12cd34",
+    "<run dir>": "trained_models/dscl/offline-ab12cd34",
+    "<checkpoint>": "dscl-cifar100-lt-offline-ab12cd34-ep=199",
+}
+# the programs a header may show, and the configs they read
+PROGRAMS = {
+    "main_pretrain.py": "pretrain",
+    "solo-ext-pretrain": "pretrain",
+    "main_linear.py": "linear",
+    "solo-ext-linear": "linear",
+    "solo-ext-knn": "knn",
+}
+RUN_KEYS = ("pretrained_feature_extractor", "pretrained_checkpoint_dir")
+
+
+def header_commands(path: Path) -> list[str]:
+    """The command lines of a config's header (``#   python main_linear.py ...`` or
+    ``#   solo-ext-<command> ...``, indented), continued lines joined, a closing remark in
+    parentheses (``   (in a solo-learn checkout)``) left out."""
+    commands, current = [], None
+    for line in path.read_text().splitlines():
+        if not line.startswith("#"):
+            break
+        text = line[1:].strip()
+        if current is not None:
+            current += " " + text
+        elif line.startswith("#   ") and re.match(r"(python \S+\.py|solo-ext-[\w-]+)(\s|$)", text):
+            current = text
+        else:
+            continue
+        if current.endswith("\\"):
+            current = current[:-1].rstrip()
+            continue
+        commands.append(re.sub(r"\s{2,}\(.*\)$", "", current))
+        current = None
+    return commands
+
+
+def test_every_header_command_line_is_taken_by_hydra():
+    """Each command line a header shows, its placeholders filled in (a checkpoint named as
+    solo-learn names them, with '='), is what a shell hands the program: every argument after
+    the config name parses with Hydra's override parser, the config composes with them, and
+    the run's key holds the path as written."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parser = OverridesParser.create()
+    shown = with_equals = 0
+    for path in sorted(SCRIPTS.rglob("*.yaml")):
+        for line in header_commands(path):
+            for placeholder, value in PLACEHOLDERS.items():
+                line = line.replace(placeholder, value)
+            assert not re.search(r"<[^>]*>", line), f"{path}: an unknown placeholder: {line}"
+            argv = shlex.split(line)
+            argv = argv[1:] if argv[0] == "python" else argv
+            kind = PROGRAMS[argv[0]]
+            assert argv[1] == "--config-name", f"{path}: {line}"
+            name, overrides = argv[2], argv[3:]
+            assert (SCRIPTS / kind / name).with_suffix(".yaml") == path, f"{path}: {line}"
+            parsed = parser.parse_overrides(overrides)  # raises at an argument Hydra refuses
+            cfg = compose_config(kind, name, overrides)
+            for override, given in zip(parsed, overrides):
+                key = override.key_or_group
+                assert key in RUN_KEYS, f"{path}: {line}"
+                written = given.split("=", 1)[1]
+                assert cfg[key] == written.strip("'") == override.value(), f"{path}: {line}"
+                with_equals += "=" in cfg[key]
+            shown += 1
+    assert shown >= 2 * len(configs("pretrain")) + len(configs("knn"))
+    assert with_equals >= len(configs("linear"))  # every linear recipe's checkpoint
+
+
+def test_an_unquoted_checkpoint_name_is_refused_by_hydra():
+    """(What the quotes in the headers are for.)"""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import OverrideParseException
+
+    name = PLACEHOLDERS["<checkpoint>"]
+    with pytest.raises(OverrideParseException):
+        OverridesParser.create().parse_overrides([f"pretrained_feature_extractor={name}.ckpt"])
+
+
+# --- the GPUs and batches the headers state -----------------------------------------------------
+
+NUMBERS = {"one": 1, "two": 2, "four": 4, "eight": 8}
+COUNT = r"(\d+|one|two|four|eight)"
+# "2 GPUs x 128": devices x optimizer.batch_size (the batch per GPU)
+PER_GPU = re.compile(rf"\b{COUNT} GPUs? x (\d+)\b")
+# "one GPU for the batch of 2048": devices, and devices x optimizer.batch_size
+FOR_BATCH = re.compile(rf"\b{COUNT} GPUs? for the (?:total )?batch of (\d+)\b")
+# "the total batch of 256 (2 GPUs x 128": the product too
+TOTAL = re.compile(rf"\bbatch of (\d+) \({COUNT} GPUs? x (\d+)\b")
+
+
+def recipe_comments(path: Path) -> str:
+    """A recipe's comments, the header's and those beside its values, as one text (a phrase may
+    be broken across the header's lines)."""
+    texts = [line.partition("#")[2] for line in path.read_text().splitlines() if "#" in line]
+    return " ".join(" ".join(texts).split())
+
+
+def stated_gpus(text: str) -> list[tuple[str, int, int | None, int | None]]:
+    """Each "<N> GPUs x <B>" phrase (and "<N> GPU(s) for the batch of <T>") of ``text`` that is
+    not the official run's: (phrase, GPUs, batch per GPU, total batch)."""
+
+    def number(word: str) -> int:
+        return NUMBERS.get(word) or int(word)
+
+    found = []
+    for pattern in (PER_GPU, FOR_BATCH, TOTAL):
+        for match in pattern.finditer(text):
+            clause = re.split(r"[(),;:]", text[: match.start()])[-1]
+            if "official" in clause:
+                continue  # (the official run's setting, stated beside this one)
+            if pattern is PER_GPU:
+                gpus, per_gpu, total = match[1], match[2], None
+            elif pattern is FOR_BATCH:
+                gpus, per_gpu, total = match[1], None, match[2]
+            else:
+                gpus, per_gpu, total = match[2], match[3], match[1]
+            found.append((match[0], number(gpus), per_gpu and int(per_gpu), total and int(total)))
+    return found
+
+
+def test_the_gpus_and_batches_a_header_states_are_the_recipes():
+    """Every "<N> GPUs x <B>" a recipe states (header or comment; not the official run's that it
+    quotes beside it) is its devices x optimizer.batch_size, and a stated total batch is their
+    product."""
+    from solo_ext.config import device_count
+
+    checked = 0
+    for kind in ("pretrain", "linear"):
+        for name in configs(kind):
+            path = SCRIPTS / kind / f"{name}.yaml"
+            cfg = compose_config(kind, name)
+            gpus, batch = device_count(cfg.devices), cfg.optimizer.batch_size
+            for phrase, n, per_gpu, total in stated_gpus(recipe_comments(path)):
+                where = f"{path.relative_to(ROOT)}: {phrase!r}, the file: {gpus} x {batch}"
+                assert n == gpus, where
+                assert per_gpu is None or per_gpu == batch, where
+                assert total is None or total == gpus * batch, where
+                checked += 1
+    assert checked >= 25  # (the phrases are found)
+
+
+def test_a_header_that_states_other_gpus_fails():
+    text = "SGD at lr 0.1 for the total batch of 256 (4 GPUs x 64; the official 8 x 32)"
+    assert stated_gpus(text) == [
+        ("4 GPUs x 64", 4, 64, None),
+        ("batch of 256 (4 GPUs x 64", 4, 64, 256),
+    ]
+    text = "(the official 224) gpus: one GPU for the batch of 2048 (the official 2 GPUs x 1024)"
+    assert stated_gpus(text) == [("one GPU for the batch of 2048", 1, None, 2048)]

@@ -25,26 +25,31 @@ Both train with Lightning, optionally with a long-tail sampler (``data.sampler``
 classifier with ``class_balanced``), by SGD (``optimizer.kwargs.momentum``, default 0.9) under
 solo-learn's ``scheduler.name``: ``step`` (lr x0.1 at each of ``scheduler.lr_decay_steps``) or a
 cosine decay (``warmup_cosine``, ``cosine``; ``warmup_epochs`` not used), stepped per epoch; or
-``none``. Both test on the validation split under the deterministic transform (photographs
-resized and centre-cropped, to 224 in the published stage and to the run's crop size on the
-features path; stored-size datasets as they are). Overall and Many / Medium / Few
-accuracy go into ``metrics.json`` beside the checkpoint, with the stage as run (``linear_epochs``,
-``linear_sampler``, ``linear_batch`` over all processes, ``linear_lr`` after the batch scaling,
-``linear_schedule``, ``linear_lr_decay_epochs`` and the stage keys; the leaderboard compares them
-with the published stage), per-class accuracy into ``linear_per_class.csv`` and
-``linear_per_class.png``. Keys: ``solo_ext/conf/linear.yaml``.
+``none``. Both run where ``accelerator`` says (``auto``, the default: the GPU when torch sees
+one; ``gpu`` or ``cpu`` force either; ``devices``: Lightning's), the features extracted there
+``features.batch_size`` images a batch, loaded by ``features.num_workers`` processes (null: the
+run's ``data.num_workers``), and brought back to the CPU. Both test on the validation split
+under the deterministic transform (photographs resized and centre-cropped, to 224 in the
+published stage and to the run's crop size on the features path; stored-size datasets as they
+are). Overall and Many / Medium / Few accuracy go into ``metrics.json`` beside the
+checkpoint, with the stage as run (``linear_epochs``, ``linear_sampler``, ``linear_batch`` over
+all processes, ``linear_lr`` after the batch scaling, ``linear_schedule``,
+``linear_lr_decay_epochs`` and the stage keys; the leaderboard compares them with the published
+stage), per-class accuracy into ``linear_per_class.csv`` and ``linear_per_class.png``. Keys:
+``solo_ext/conf/linear.yaml``.
 
 It also takes solo-learn's linear configs (``scripts/linear``, the ones ``main_linear.py``
-reads): ``pretrained_feature_extractor`` names the checkpoint, ``optimizer.lr`` is given per 256
-images and scaled by the batch as solo-learn does, and the keys in :data:`SOLO_LINEAR_KEYS` are
-accepted without being used (nor are the ``scheduler`` keys other than ``name`` and
-``lr_decay_steps``). The backbone is the run's (``args.json``): a ``backbone.name`` or
-``backbone.kwargs`` value given here that differs from the run's stops in one line naming both.
+reads): ``pretrained_feature_extractor`` names the checkpoint (or the run directory), or
+``pretrained_checkpoint_dir`` the run directory (its newest checkpoint), one of the two;
+``optimizer.lr`` is given per 256 images and scaled by the batch as solo-learn does, and the
+keys in :data:`SOLO_LINEAR_KEYS` are accepted without being used (nor are the ``scheduler``
+keys other than ``name`` and ``lr_decay_steps``). The backbone is the run's (``args.json``): a
+``backbone.name`` or ``backbone.kwargs`` value given here that differs from the run's stops in
+one line naming both.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from collections.abc import Sequence
 from typing import Any
@@ -56,6 +61,7 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, TensorDataset
 
 from solo_ext.commands import mains
+from solo_ext.commands.devices import eval_device
 from solo_ext.commands.linear_stage import (
     STAGE_SCHEDULE_NAMES,
     FrozenBackboneClassifier,
@@ -64,13 +70,9 @@ from solo_ext.commands.linear_stage import (
     train_transform,
 )
 from solo_ext.commands.options import LINEAR_OPTIONS, check_linear_early
-from solo_ext.commands.pretrain import RUN_OPTIONS
 from solo_ext.common import first_process
 from solo_ext.config import (
-    IN_CONF,
     Option,
-    check_options,
-    conf_options,
     declared,
     fill_options,
     select,
@@ -105,13 +107,8 @@ SOLO_LINEAR_KEYS = (
 Callbacks = Sequence[pl.Callback]
 Result = tuple[torch.Tensor, torch.Tensor, Dataset]  # validation scores and labels, training set
 
-# every key solo-ext-linear reads: those checked before the training stack, and the accelerator
-OPTIONS: dict[str, Option] = {
-    **LINEAR_OPTIONS,
-    **conf_options(
-        "linear", {"accelerator": dataclasses.replace(RUN_OPTIONS["accelerator"], default=IN_CONF)}
-    ),
-}
+# every key solo-ext-linear reads, all checked before the training stack is imported
+OPTIONS: dict[str, Option] = LINEAR_OPTIONS
 
 
 def fill_stage(cfg: DictConfig, data: DictConfig) -> None:
@@ -221,8 +218,9 @@ def _on_features(
     pre_cfg: DictConfig,
     sampler_args: Any,
     callbacks: Callbacks,
-) -> Result:
-    """The features path: the probe trained on features extracted once (``feats``)."""
+) -> tuple[Result, torch.device]:
+    """The features path: the probe trained on features extracted once (``feats``); with the
+    device it trained on."""
     train_x, train_y = feats["train_x"], feats["train_y"]
     train = _loader(cfg, TensorDataset(train_x, train_y), train_y, sampler_args)
     probe = LinearProbe(
@@ -232,11 +230,18 @@ def _on_features(
         cfg.feature_norm,
         cfg.classifier_init,
     )
-    _fit(cfg, probe, train, callbacks)
+    trainer = _fit(cfg, probe, train, callbacks)
     probe.eval()
     with torch.no_grad():
         scores = probe(feats["val_x"].to(probe.device)).cpu()
-    return scores, feats["val_y"], feats["train"]
+    return (scores, feats["val_y"], feats["train"]), trainer.strategy.root_device
+
+
+def extraction_workers(cfg: DictConfig, pre_cfg: DictConfig) -> int:
+    """The feature extraction's loading processes: ``features.num_workers``, else the run's
+    ``data.num_workers`` (this command's ``data`` over it)."""
+    given = select(cfg, "features.num_workers")
+    return declared(pre_cfg, "data.num_workers", DATA_KEYS) if given is None else given
 
 
 def _on_images(
@@ -245,9 +250,10 @@ def _on_images(
     pre_cfg: DictConfig,
     sampler_args: Any,
     callbacks: Callbacks,
-) -> Result:
+) -> tuple[Result, torch.device]:
     """The published stage: the classifier trained on augmented images through the frozen
-    backbone, then tested once with the backbone (and its statistics) in eval mode."""
+    backbone, then tested once with the backbone (and its statistics) in eval mode; with the
+    device it ran on."""
     data, workers = pre_cfg.data, declared(pre_cfg, "data.num_workers", DATA_KEYS)
     if data.format == "dali":
         train_set = build_dataset(data, "train", None)
@@ -271,18 +277,23 @@ def _on_images(
     device = trainer.strategy.root_device  # Lightning hands the module back on the CPU
     stage.to(device).eval()
     val = build_dataset(data, "val", build_eval_transform(data.dataset, 224))
-    val_x, val_y = extract_features(stage.backbone, val, num_workers=workers, device=device)
+    val_x, val_y = extract_features(
+        stage.backbone,
+        val,
+        cfg.features.batch_size,
+        extraction_workers(cfg, pre_cfg),
+        device=device,
+    )
     with torch.no_grad():
         scores = stage.fc(val_x.to(device)).float().cpu()
-    return scores, val_y, train_set
+    return (scores, val_y, train_set), device
 
 
 def stage_device(cfg: DictConfig) -> torch.device:
-    """Where the features are extracted and the decoupled stages trained: this process's GPU
-    unless the stage runs on the CPU."""
-    if select(cfg, "accelerator") == "cpu" or not torch.cuda.is_available():
-        return torch.device("cpu")
-    return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+    """Where this process extracts the features and trains the decoupled stages: as the
+    ``accelerator`` says, the GPU of its local rank among ``devices`` (Lightning's)."""
+    rank = int(os.environ.get("LOCAL_RANK", "0"))
+    return eval_device(cfg.accelerator, cfg.devices, rank)
 
 
 def _report(
@@ -301,7 +312,6 @@ def run(cfg: DictConfig, callbacks: Callbacks = ()) -> dict[str, Any]:
     the Lightning trainer), tests it and returns the metrics."""
     OmegaConf.set_struct(cfg, False)
     check_linear_early(cfg)  # (again: run() is also called directly)
-    check_options(cfg, {"accelerator": OPTIONS["accelerator"]})
     if select(cfg, "data.sampler") is not None:  # a sampler given here: checked before the run
         fill_sampler_cfg(cfg.copy(), total_epochs=1)
     backbone, pre_cfg, out_dir = load_for_eval(cfg)
@@ -318,19 +328,25 @@ def run(cfg: DictConfig, callbacks: Callbacks = ()) -> dict[str, Any]:
     # extracted once for every stage on features, before the published stage (its backbone in
     # train mode) moves the BatchNorm statistics
     on_features = "balanced_linear" in stages and not published_stage(cfg)
-    feats = None
+    device, feats = stage_device(cfg), None
     if decoupled or on_features:
-        feats = split_features(backbone, pre_cfg, device=stage_device(cfg))
+        feats = split_features(
+            backbone,
+            pre_cfg,
+            cfg.features.batch_size,
+            device,
+            num_workers=extraction_workers(cfg, pre_cfg),
+        )
     metrics: dict[str, Any] = {}
     if "balanced_linear" in stages:
         if on_features:
-            found = _on_features(cfg, feats, pre_cfg, sampler_args, callbacks)
+            found, ran_on = _on_features(cfg, feats, pre_cfg, sampler_args, callbacks)
         else:
-            found = _on_images(cfg, backbone, pre_cfg, sampler_args, callbacks)
-        metrics.update(_balanced_report(cfg, found, sampler, pre_cfg, out_dir))
+            found, ran_on = _on_images(cfg, backbone, pre_cfg, sampler_args, callbacks)
+        metrics.update(_balanced_report(cfg, found, sampler, pre_cfg, out_dir, ran_on))
     if decoupled:
         options = OmegaConf.to_container(cfg.decoupled)
-        device, first = stage_device(cfg), first_process()
+        first = first_process()
         metrics.update(
             report_stages(decoupled, options, feats, pre_cfg.data, cfg.seed, device, out_dir, first)
         )
@@ -338,9 +354,15 @@ def run(cfg: DictConfig, callbacks: Callbacks = ()) -> dict[str, Any]:
 
 
 def _balanced_report(
-    cfg: DictConfig, found: Result, sampler: str | None, pre_cfg: DictConfig, out_dir: Any
+    cfg: DictConfig,
+    found: Result,
+    sampler: str | None,
+    pre_cfg: DictConfig,
+    out_dir: Any,
+    device: torch.device,
 ) -> dict[str, Any]:
-    """The ``balanced_linear`` stage's metrics under ``linear_``, with the stage as run."""
+    """The ``balanced_linear`` stage's metrics under ``linear_``, with the stage as run (on
+    ``device``)."""
     schedule = SGDSchedule.from_cfg(cfg)
     extra = {
         "linear_epochs": cfg.max_epochs,
@@ -355,7 +377,7 @@ def _balanced_report(
         **{f"linear_{key}": cfg[key] for key in CLASSIFIER_STAGE_OPTIONS},  # the stage run
         "linear_environment": environment(
             precision=select(cfg, "precision", None),
-            accelerator=select(cfg, "accelerator", None),
+            accelerator=device.type,
             world_size=world_size(cfg),  # the stage's processes
         ),
     }

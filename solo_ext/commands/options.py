@@ -23,6 +23,7 @@ from solo_ext.config import (
 )
 from solo_ext.data.options import DATA_KEYS, check_dali_keys
 from solo_ext.eval.options import CLASSIFIER_STAGE_OPTIONS, DECOUPLED_OPTIONS
+from solo_ext.runs.keys import run_key
 
 # the numbers of solo-learn's pretraining keys that solo-ext passes on to torch and Lightning,
 # but the three whose choices Lightning registers (``commands.pretrain.RUN_OPTIONS`` adds them):
@@ -67,6 +68,39 @@ def check_pretrain_early(cfg: DictConfig) -> None:
     check_options(cfg, DATA_KEYS)
 
 
+# where the evaluation commands run (solo-ext-knn's feature extraction; solo-ext-linear's too,
+# and its training): Lightning's accelerator names; the default is each command's conf file's
+ACCELERATOR = Option(
+    IN_CONF,
+    "str",
+    choices=("auto", "cpu", "gpu"),
+    help="where the features are extracted (and a classifier trained): `gpu`, `cpu`, or "
+    "`auto`, the GPU when torch sees one",
+)
+# the feature extraction's loader: images per batch, and the processes that load them
+EXTRACTION_BATCH = Option(IN_CONF, "int", 1, help="images per batch of the feature extraction")
+EXTRACTION_WORKERS = Option(
+    IN_CONF,
+    "int",
+    0,
+    nullable=True,
+    help="data-loading processes of the feature extraction; null: the run's data.num_workers",
+)
+
+
+def check_accelerator(cfg: DictConfig) -> None:
+    """``accelerator=gpu`` on a machine where torch sees no GPU stops in one line, before any
+    work (torch is imported only to ask)."""
+    if select(cfg, "accelerator") == "gpu":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise ConfigError(
+                "accelerator='gpu': torch sees no GPU on this machine "
+                "(torch.cuda.is_available() is False); accelerator=auto or cpu runs on the CPU"
+            )
+
+
 # every key solo-ext-knn reads, declared once; the defaults are conf/knn.yaml's
 KNN_OPTIONS: dict[str, Option] = conf_options(
     "knn",
@@ -74,15 +108,20 @@ KNN_OPTIONS: dict[str, Option] = conf_options(
         "k": Option(IN_CONF, "int", 1),
         "temperature": Option(IN_CONF, "float", 0, low_open=True),
         "distance": Option(IN_CONF, "str", choices=DISTANCES),
-        "batch_size": Option(IN_CONF, "int", 1),
+        "accelerator": ACCELERATOR,
+        "batch_size": EXTRACTION_BATCH,
+        "num_workers": EXTRACTION_WORKERS,
     },
 )
 
 
 def check_knn_early(cfg: DictConfig) -> None:
-    """What a ``solo-ext-knn`` config is refused for before the training stack is imported."""
+    """What a ``solo-ext-knn`` config is refused for before the training stack is imported
+    (``run`` checks it again: it is also called directly)."""
+    run_key(cfg)
     check_options(cfg, KNN_OPTIONS)
     check_options(cfg, DATA_KEYS)
+    check_accelerator(cfg)
 
 
 # every key solo-ext-dense-probe reads, declared once; the defaults are conf/dense_probe.yaml's
@@ -101,6 +140,7 @@ DENSE_PROBE_OPTIONS: dict[str, Option] = conf_options(
 
 def check_dense_probe_early(cfg: DictConfig) -> None:
     """What a ``solo-ext-dense-probe`` config is refused for before the training stack."""
+    run_key(cfg)
     check_options(cfg, DENSE_PROBE_OPTIONS)
     check_options(cfg, DATA_KEYS)
 
@@ -144,8 +184,7 @@ SCHEDULE_OPTIONS: dict[str, Option] = conf_options(
 
 
 # every key solo-ext-linear reads, declared once; the defaults are conf/linear.yaml's; null: by
-# the evaluated data (classifier_stage.STAGE_SCHEDULES). ``accelerator``, whose choices
-# Lightning registers, is added by ``commands.linear.OPTIONS``.
+# the evaluated data (classifier_stage.STAGE_SCHEDULES)
 LINEAR_OPTIONS: dict[str, Option] = {
     **conf_options(
         "linear",
@@ -159,7 +198,10 @@ LINEAR_OPTIONS: dict[str, Option] = {
             "dali.device": Option(IN_CONF, "str", choices=("gpu", "cpu"), nullable=True),
             "enable_progress_bar": Option(True, "bool"),
             "seed": Option(IN_CONF, "int", 0),
+            "accelerator": ACCELERATOR,
             "devices": Option(IN_CONF, "devices"),
+            "features.batch_size": EXTRACTION_BATCH,
+            "features.num_workers": EXTRACTION_WORKERS,
         },
     ),
     **SCHEDULE_OPTIONS,
@@ -179,9 +221,11 @@ def check_step_epochs(cfg: DictConfig) -> None:
 
 def check_linear_early(cfg: DictConfig) -> None:
     """What a ``solo-ext-linear`` config is refused for before the training stack is imported:
-    a declared key out of range (the data keys given here too), an unknown ``dali`` key, and
-    ``step`` without its epochs."""
+    no run named (or two), a declared key out of range (the data keys given here too), an
+    unknown ``dali`` key, ``step`` without its epochs, and a GPU asked for where there is none."""
+    run_key(cfg)
     check_options(cfg, LINEAR_OPTIONS)
     check_options(cfg, DATA_KEYS)
     check_dali_keys(cfg)
     check_step_epochs(cfg)
+    check_accelerator(cfg)

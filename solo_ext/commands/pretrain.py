@@ -379,7 +379,11 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         from solo_ext.commands.knn import evaluate_model
 
         out_dir = run_dir if cfg.checkpoint.enabled else None
-        result["knn"] = evaluate_model(model.backbone, cfg, k=cfg.knn_eval.k, out_dir=out_dir)
+        # on the trainer's device (Lightning hands the module back on the CPU after fit)
+        device = trainer.strategy.root_device
+        result["knn"] = evaluate_model(
+            model.backbone, cfg, k=cfg.knn_eval.k, out_dir=out_dir, device=device
+        )
     if getattr(model, "JOINT_HEAD", False) and trainer.is_global_zero:
         # a one-stage method's reported classifier: its head, on the val split
         from solo_ext.eval.head import evaluate_head

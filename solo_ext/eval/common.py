@@ -26,14 +26,21 @@ def extract_features(
     num_workers: int = 0,
     device: torch.device | str | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Features [N, D] and labels [N] of a dataset of (image, label) under ``backbone.eval()``."""
-    device = device or next(backbone.parameters()).device
+    """Features [N, D] and labels [N] of a dataset of (image, label) under ``backbone.eval()``:
+    the batches moved to ``device`` (default: the backbone's, where it must be), the features
+    brought back to the CPU."""
+    device = torch.device(device) if device is not None else next(backbone.parameters()).device
     was_training = backbone.training
     backbone.eval()
     feats, labels = [], []
-    loader = DataLoader(dataset, batch_size=batch_size, num_workers=num_workers)
+    loader = DataLoader(
+        dataset,
+        batch_size=batch_size,
+        num_workers=num_workers,
+        pin_memory=device.type == "cuda",
+    )
     for x, y in loader:
-        feats.append(backbone(x.to(device)).float().cpu())
+        feats.append(backbone(x.to(device, non_blocking=True)).float().cpu())
         labels.append(torch.as_tensor(y))
     backbone.train(was_training)
     return torch.cat(feats), torch.cat(labels)
@@ -45,20 +52,23 @@ def split_features(
     batch_size: int = 256,
     device: torch.device | str | None = None,
     crop: int | None = None,
+    num_workers: int = 0,
 ) -> dict:
     """Frozen features of the train and val splits (deterministic transform at ``crop``, by
-    default the run's crop size), and the datasets; on ``device`` (default: the backbone's),
-    the backbone moved back afterwards."""
+    default the run's crop size; ``batch_size`` images a batch, loaded by ``num_workers``
+    processes), and the datasets; extracted on ``device`` (default: the backbone's), the
+    backbone moved back afterwards, the features on the CPU."""
     if crop is None:
         crop = pre_cfg.augmentations[0].crop_size if pre_cfg.get("augmentations") else 224
     transform = build_eval_transform(pre_cfg.data.dataset, crop)
     train = build_dataset(pre_cfg.data, "train", transform)
     val = build_dataset(pre_cfg.data, "val", transform)
     home = next(backbone.parameters()).device
-    backbone.to(device or home)
+    device = torch.device(device) if device is not None else home
+    backbone.to(device)
     try:
-        train_x, train_y = extract_features(backbone, train, batch_size)
-        val_x, val_y = extract_features(backbone, val, batch_size)
+        train_x, train_y = extract_features(backbone, train, batch_size, num_workers, device)
+        val_x, val_y = extract_features(backbone, val, batch_size, num_workers, device)
     finally:
         backbone.to(home)
     return {

@@ -64,11 +64,11 @@ def checkpoint_callbacks(cfg: DictConfig, run_dir: str | Path, run_id: str) -> l
     return [ArgsWriter(cfg, run_dir, run_id), ckpt]
 
 
-def find_checkpoint(run_dir: str | Path) -> Path:
-    """The newest ``.ckpt`` in a run directory."""
+def find_checkpoint(run_dir: str | Path, key: str = "pretrained_checkpoint_dir") -> Path:
+    """The newest ``.ckpt`` in a run directory (``key`` named it: the error names it)."""
     ckpts = sorted(Path(run_dir).glob("*.ckpt"), key=os.path.getmtime)
     if not ckpts:
-        raise FileNotFoundError(f"pretrained_checkpoint_dir={str(run_dir)!r}: no .ckpt file")
+        raise FileNotFoundError(f"{key}={str(run_dir)!r}: no .ckpt file")
     return ckpts[-1]
 
 
