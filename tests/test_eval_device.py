@@ -172,3 +172,25 @@ def test_pretrainings_final_knn_runs_on_the_trainers_device(tmp_path, monkeypatc
     result = run(cfg)
     assert [kw["device"] for kw in seen] == [result["model"].trainer.strategy.root_device]
     assert seen[0]["device"] == torch.device("cpu")  # (accelerator=cpu)
+
+
+def test_a_one_stage_heads_evaluation_runs_on_the_trainers_device(tmp_path, monkeypatch):
+    """PaCo's head at the end of pretraining: extracted and scored on the trainer's device,
+    the model back where it was afterwards."""
+    import solo_ext.eval.head as head
+
+    seen = []
+    extract = head.extract_features
+
+    def spy(backbone, dataset, batch_size=256, num_workers=0, device=None):
+        seen.append(torch.device(device))
+        return extract(backbone, dataset, batch_size, num_workers, device)
+
+    monkeypatch.setattr(head, "extract_features", spy)
+    from solo_ext.commands.pretrain import run
+
+    result = run(tiny_cfg("paco", tmp_path, limit_val_batches=0))
+    model = result["model"]
+    assert seen == [model.trainer.strategy.root_device]
+    assert next(model.parameters()).device.type == "cpu" and model.training
+    assert "head_acc1" in result["head"]

@@ -390,7 +390,8 @@ def run(cfg: DictConfig) -> dict[str, Any]:
 
         out_dir = run_dir if cfg.checkpoint.enabled else None
         env = {"head_environment": of_trainer(trainer, cfg.data.format)}
-        result["head"] = evaluate_head(model, cfg, out_dir=out_dir, extra=env)
+        device = trainer.strategy.root_device  # (as the kNN: the trainer's device)
+        result["head"] = evaluate_head(model, cfg, out_dir=out_dir, extra=env, device=device)
     return result
 
 

@@ -22,23 +22,29 @@ def evaluate_head(
     out_dir: str | Path | None = None,
     batch_size: int = 256,
     extra: dict[str, Any] | None = None,
+    device: torch.device | str | None = None,
 ) -> dict[str, Any]:
     """``head_acc1`` / ``head_acc5`` and the Many / Medium / Few top-1 of ``model.head_logits``
-    on the backbone's features of ``pre_cfg.data``'s val split (the deterministic transform);
-    printed, and with ``out_dir`` saved (``metrics.json``, ``head_per_class.csv`` / ``.png``),
-    with ``extra`` keys."""
+    on the backbone's features of ``pre_cfg.data``'s val split (the deterministic transform),
+    computed on ``device`` (default: the model's; the model goes back where it was); printed,
+    and with ``out_dir`` saved (``metrics.json``, ``head_per_class.csv`` / ``.png``), with
+    ``extra`` keys."""
     crop = pre_cfg.augmentations[0].crop_size if pre_cfg.get("augmentations") else 224
     transform = build_eval_transform(pre_cfg.data.dataset, crop)
     train = build_dataset(pre_cfg.data, "train", None)
     val = build_dataset(pre_cfg.data, "val", transform)
-    feats, labels = extract_features(model.backbone, val, batch_size)
+    home = next(model.parameters()).device
+    device = torch.device(device) if device is not None else home
     was_training = model.training
-    model.eval()
-    device = next(model.parameters()).device
-    scores = torch.cat(
-        [model.head_logits(f.to(device)).float().cpu() for f in feats.split(batch_size)]
-    )
-    model.train(was_training)
+    model.to(device).eval()
+    try:
+        feats, labels = extract_features(model.backbone, val, batch_size, device=device)
+        with torch.no_grad():
+            scores = torch.cat(
+                [model.head_logits(f.to(device)).float().cpu() for f in feats.split(batch_size)]
+            )
+    finally:
+        model.to(home).train(was_training)
     extra = {
         "head": f"{pre_cfg.method}: the classifier trained with the loss (one stage)",
         **(extra or {}),
