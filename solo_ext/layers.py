@@ -1,5 +1,5 @@
 """The package's stack, declared once: ``tests/test_layers.py`` holds every import to it,
-``tools/import_graph.py`` groups the import graph by it, and the README's Layout shows
+``tools/import_graph.py`` groups the import graph by it, and docs/internals.md shows
 :func:`render` of it (a test compares them). Data: nothing of the package is imported here.
 
 Each layer lists its modules (prefixes relative to the package; a module belongs to the layer
@@ -103,7 +103,7 @@ def may_import(layer: str) -> tuple[str, ...]:
 
 
 def render() -> str:
-    """The stack as the README's Layout shows it, top first."""
+    """The stack as docs/internals.md shows it, top first."""
     width = max(len(name) for name, *_ in LAYERS)
     indent = " " * (width + 2)
     lines = []

@@ -90,7 +90,7 @@ RUNS = {
     "leaderboard": Block(
         data="cifar100",
         before=["solo-ext-pretrain --config-name cifar100-lt/dscl"],
-        leaves=["leaderboard/cifar100_lt.tex"],
+        leaves=["leaderboard/cifar100_lt*.tex"],
     ),
     "wandb": Block(data="cifar100", leaves=["trained_models/dscl/*/wandb"]),
     "benchmarks": Block(cwd_root=True),
@@ -105,7 +105,7 @@ RUNS = {
         ],
         leaves=["leaderboard/imagenet_lt.tex"],
     ),
-    "tutorial-cifar100-lt": Block(data="cifar100", leaves=["leaderboard/cifar100_lt.md"]),
+    "tutorial-cifar100-lt": Block(data="cifar100", leaves=["leaderboard/cifar100_lt*.md"]),
     "tutorial-cifar100-lt-seeds": Block(data="cifar100", leaves=["trained_models/dscl/*/*.ckpt"]),
 }
 # checked elsewhere: CI runs the set-up block (test_readme.py), test_cli.py the main job; the

@@ -1,6 +1,6 @@
 """The package is a stack, declared once in ``solo_ext/layers.py``: every import of every file is
 held to it (each pair of layers, the core's included), the core imports neither a host nor
-Lightning, the import-graph tool groups by it and the README's Layout shows it."""
+Lightning, the import-graph tool groups by it and docs/internals.md shows it."""
 
 from __future__ import annotations
 
@@ -92,6 +92,5 @@ def test_the_import_graph_tool_groups_by_the_declared_layers():
         assert import_graph.group(name) == layer_of(name), name
 
 
-def test_the_readme_shows_the_declared_stack():
-    readme = (ROOT / "README.md").read_text()
-    assert render() in readme
+def test_the_internals_page_shows_the_declared_stack():
+    assert render() in (ROOT / "docs" / "internals.md").read_text()
