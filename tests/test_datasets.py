@@ -137,3 +137,18 @@ def test_wandb_offline_logging(make_cfg, monkeypatch, tmp_path):
     run_dir = Path(result["run_dir"])
     assert list(run_dir.glob("*.ckpt"))
     assert list(run_dir.rglob("offline-run-*")), "no offline wandb run written"
+
+
+
+def test_two_runs_in_one_process_log_two_wandb_runs(make_cfg, monkeypatch, tmp_path):
+    """A Hydra multirun trains its jobs in one process: each run ends its wandb run, so the next
+    one logs into a run of its own, in its own directory (Lightning's WandbLogger would reuse a
+    live one)."""
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    wandb = {"wandb": {"enabled": True, "offline": True, "project": "solo-ext-test"}}
+    run_dirs = [Path(run(make_cfg("scl", seed=seed, **wandb))["run_dir"]) for seed in (0, 1)]
+    assert run_dirs[0] != run_dirs[1]
+    for run_dir in run_dirs:
+        (log,) = run_dir.glob("wandb/offline-run-*/run-*.wandb")
+        assert log.name == f"run-{run_dir.name}.wandb"  # the run's own id

@@ -368,30 +368,36 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         use_distributed_sampler=False,
     )
     trainer = pl.Trainer(**trainer_kwargs)
-    with warnings.catch_warnings():  # (the filter stays inside this run)
-        # the run directory already holds args.json and the logs when the checkpointer looks
-        warnings.filterwarnings("ignore", message=r"Checkpoint directory .* exists and is not")
-        trainer.fit(model, train_loader, val_loader, ckpt_path=ckpt_path)
+    try:
+        with warnings.catch_warnings():  # (the filter stays inside this run)
+            # the run directory already holds args.json and the logs when the checkpointer looks
+            warnings.filterwarnings("ignore", message=r"Checkpoint directory .* exists and is not")
+            trainer.fit(model, train_loader, val_loader, ckpt_path=ckpt_path)
 
-    metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
-    result: dict[str, Any] = {"run_dir": str(run_dir), "metrics": metrics, "model": model}
-    if cfg.knn_eval.enabled and trainer.is_global_zero:
-        from solo_ext.commands.knn import evaluate_model
+        metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
+        result: dict[str, Any] = {"run_dir": str(run_dir), "metrics": metrics, "model": model}
+        if cfg.knn_eval.enabled and trainer.is_global_zero:
+            from solo_ext.commands.knn import evaluate_model
 
-        out_dir = run_dir if cfg.checkpoint.enabled else None
-        # on the trainer's device (Lightning hands the module back on the CPU after fit)
-        device = trainer.strategy.root_device
-        result["knn"] = evaluate_model(
-            model.backbone, cfg, k=cfg.knn_eval.k, out_dir=out_dir, device=device
-        )
-    if getattr(model, "JOINT_HEAD", False) and trainer.is_global_zero:
-        # a one-stage method's reported classifier: its head, on the val split
-        from solo_ext.eval.head import evaluate_head
+            out_dir = run_dir if cfg.checkpoint.enabled else None
+            # on the trainer's device (Lightning hands the module back on the CPU after fit)
+            device = trainer.strategy.root_device
+            result["knn"] = evaluate_model(
+                model.backbone, cfg, k=cfg.knn_eval.k, out_dir=out_dir, device=device
+            )
+        if getattr(model, "JOINT_HEAD", False) and trainer.is_global_zero:
+            # a one-stage method's reported classifier: its head, on the val split
+            from solo_ext.eval.head import evaluate_head
 
-        out_dir = run_dir if cfg.checkpoint.enabled else None
-        env = {"head_environment": of_trainer(trainer, cfg.data.format)}
-        device = trainer.strategy.root_device  # (as the kNN: the trainer's device)
-        result["head"] = evaluate_head(model, cfg, out_dir=out_dir, extra=env, device=device)
+            out_dir = run_dir if cfg.checkpoint.enabled else None
+            env = {"head_environment": of_trainer(trainer, cfg.data.format)}
+            device = trainer.strategy.root_device  # (as the kNN: the trainer's device)
+            result["head"] = evaluate_head(model, cfg, out_dir=out_dir, extra=env, device=device)
+    finally:
+        if cfg.wandb.enabled:
+            # one wandb run per run: the next run in this process (a Hydra multirun) would
+            # otherwise log into this one (Lightning's WandbLogger reuses a live wandb run)
+            logger.experiment.finish()
     return result
 
 
