@@ -139,7 +139,6 @@ def test_wandb_offline_logging(make_cfg, monkeypatch, tmp_path):
     assert list(run_dir.rglob("offline-run-*")), "no offline wandb run written"
 
 
-
 def test_two_runs_in_one_process_log_two_wandb_runs(make_cfg, monkeypatch, tmp_path):
     """A Hydra multirun trains its jobs in one process: each run ends its wandb run, so the next
     one logs into a run of its own, in its own directory (Lightning's WandbLogger would reuse a
