@@ -164,3 +164,24 @@ def test_lt_n_max_above_a_class_is_one_line(tmp_path):
     root = write_fashion_mnist(tmp_path / "fm")
     with pytest.raises(ConfigError, match="^data.lt_n_max=6001: data.dataset='fashion_mnist_lt'"):
         data_cfg(root, lt_n_max=6001)
+
+
+def test_make_lt_writes_the_long_tailed_split_as_an_image_folder(tmp_path):
+    """solo-ext-make-lt on the IDX files: the profile's images as 28 px RGB PNGs per class, the
+    balanced test split, and counts.json with the profile."""
+    from PIL import Image
+
+    from solo_ext.commands import make_lt
+    from solo_ext.data.longtail import lt_counts
+
+    root = write_fashion_mnist(tmp_path / "fm")
+    out = tmp_path / "lt"
+    make_lt.run(["--dataset", "fashion_mnist_lt", "--train_path", str(root), "--lt_n_max", "30",
+                 "--imbalance_factor", "10", "--out", str(out)])  # fmt: skip
+    counts = json.loads((out / "counts.json").read_text())["train_counts"]
+    assert counts == lt_counts(30, 10, 10)
+    folders = sorted((out / "train").iterdir())
+    assert [len(list(f.iterdir())) for f in folders] == counts
+    assert [len(list(f.iterdir())) for f in sorted((out / "val").iterdir())] == [4] * 10
+    image = Image.open(next(folders[0].iterdir()))
+    assert image.mode == "RGB" and image.size == (28, 28)

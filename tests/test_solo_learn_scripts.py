@@ -30,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import ROOT, fake_cifar, fake_images
+from conftest import ROOT, fake_cifar, fake_images, write_fashion_mnist
 from test_configs import compose_config, configs, data_overrides
 
 from solo_ext.host import HOST
@@ -330,6 +330,9 @@ def stand_in_data(dataset: str, root: Path) -> list[str]:
         fake_images(root, [f"{s}/n{c:03d}/{i}.jpg" for s in ("train", "val") for c in range(100)
                            for i in range(2 if s == "train" else 1)])  # fmt: skip
         return [f"data.train_path={root / 'train'}", f"data.val_path={root / 'val'}"]
+    if dataset.startswith("fashion_mnist"):  # 30 training images a class
+        write_fashion_mnist(root)
+        return [f"data.train_path={root}", "data.lt_n_max=30"]
     raise AssertionError(f"no stand-in for {dataset}")
 
 
@@ -391,6 +394,30 @@ def test_cifar100_lt_by_name_in_main_pretrain(data_format, tmp_path):
     assert saved["data"]["train_class_counts"] == lt_counts(500, 100, 100)
     assert_cifar_stem(next(run_dir.glob("*.ckpt")))
     assert_online_shot_groups(tmp_path)
+
+
+def test_fashion_mnist_lt_by_name_in_solo_learns_three_scripts(tmp_path):
+    """fashion_mnist_lt from its IDX files through main_pretrain.py, main_linear.py (the
+    Many / Medium / Few top-1 of its validation) and main_knn.py, with its recipes."""
+    from solo_ext.data.longtail import lt_counts
+
+    root = write_fashion_mnist(tmp_path / "fm")
+    data = [f"data.train_path={root}", "data.lt_n_max=30"]
+    args = ["--config-name", "fashion-mnist-lt/dscl", *CPU, *data, "max_epochs=1"]
+    ok(solo("main_pretrain.py", [*args, "+limit_train_batches=2"], tmp_path / "pre"))
+    (run_dir,) = (tmp_path / "pre" / "trained_models" / "dscl").iterdir()
+    saved = json.loads((run_dir / "args.json").read_text())
+    assert saved["data"]["train_class_counts"] == lt_counts(30, 10, 100)
+    assert_online_shot_groups(tmp_path / "pre")
+    linear = ["--config-name", "fashion-mnist-lt/dscl", *CPU, *data, "max_epochs=1"]
+    linear.append(f"pretrained_feature_extractor={run_dir}")
+    ok(solo("main_linear.py", linear, tmp_path / "lin"))
+    assert_online_shot_groups(tmp_path / "lin", prefix="val_acc1_")
+    knn = ["--dataset", "fashion_mnist_lt", "--train_data_path", str(root)]
+    knn += ["--pretrained_checkpoint_dir", str(run_dir), "--k", "3", "--temperature", "0.1"]
+    knn += ["--distance_function", "cosine", "--feature_type", "backbone", "--num_workers", "0"]
+    proc = ok(solo("main_knn.py", knn, tmp_path, SOLO_EXT_TEST_CUDA_IS_CPU="1"))
+    assert "Result: acc@1=" in proc.stdout
 
 
 def test_made_lt_folder_as_custom_reads_its_counts_json(tmp_path):
