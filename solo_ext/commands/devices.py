@@ -6,7 +6,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
-from lightning.fabric.accelerators import CUDAAccelerator
 from omegaconf import OmegaConf
 
 
@@ -21,5 +20,20 @@ def eval_device(
         return torch.device("cpu")
     if OmegaConf.is_config(devices):
         devices = OmegaConf.to_container(devices)
-    indices = CUDAAccelerator.parse_devices(-1 if devices == "auto" else devices)
-    return CUDAAccelerator.get_parallel_devices(indices)[rank]
+    return torch.device("cuda", gpu_indices(devices)[rank])
+
+
+def gpu_indices(devices: int | str | Sequence[int]) -> list[int]:
+    """The GPU indices ``devices`` names, as Lightning reads the key: a count (the first n;
+    ``-1``: all), a list of indices, a string of them (``"0,1"``; one number: a count), or
+    ``auto`` (all)."""
+    if devices in ("auto", -1, "-1"):
+        return list(range(torch.cuda.device_count()))
+    if isinstance(devices, str):
+        parts = [p for p in devices.split(",") if p.strip()]
+        if len(parts) == 1 and not devices.strip().endswith(","):
+            return list(range(int(parts[0])))
+        return [int(p) for p in parts]
+    if isinstance(devices, int):
+        return list(range(devices))
+    return [int(d) for d in devices]
