@@ -222,7 +222,10 @@ def test_the_block_runs_as_shown(name, tmp_path, made):
     env = {
         **os.environ,
         **_wrappers(tmp_path / "bin", spec.data),
-        "PATH": f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}",
+        # the wrappers, then this environment's commands (found even when it is not activated)
+        "PATH": os.pathsep.join(
+            [str(tmp_path / "bin"), str(Path(sys.executable).parent), os.environ["PATH"]]
+        ),
         "PYTHONPATH": os.pathsep.join(filter(None, [shim, os.environ.get("PYTHONPATH")])),
         "SOLO_EXT_TEST_CIFAR_UNCHECKED": "1",
         "WANDB_MODE": "offline",

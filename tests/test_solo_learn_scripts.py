@@ -330,9 +330,9 @@ def stand_in_data(dataset: str, root: Path) -> list[str]:
         fake_images(root, [f"{s}/n{c:03d}/{i}.jpg" for s in ("train", "val") for c in range(100)
                            for i in range(2 if s == "train" else 1)])  # fmt: skip
         return [f"data.train_path={root / 'train'}", f"data.val_path={root / 'val'}"]
-    if dataset.startswith("fashion_mnist"):  # 30 training images a class
-        write_fashion_mnist(root)
-        return [f"data.train_path={root}", "data.lt_n_max=30"]
+    if dataset.startswith("fashion_mnist"):  # 100 training images a class: 100 down to 1
+        write_fashion_mnist(root, train_per_class=100)
+        return [f"data.train_path={root}", "data.lt_n_max=100"]
     raise AssertionError(f"no stand-in for {dataset}")
 
 
@@ -401,13 +401,15 @@ def test_fashion_mnist_lt_by_name_in_solo_learns_three_scripts(tmp_path):
     Many / Medium / Few top-1 of its validation) and main_knn.py, with its recipes."""
     from solo_ext.data.longtail import lt_counts
 
-    root = write_fashion_mnist(tmp_path / "fm")
-    data = [f"data.train_path={root}", "data.lt_n_max=30"]
+    root = write_fashion_mnist(tmp_path / "fm", train_per_class=100)
+    data = [f"data.train_path={root}", "data.lt_n_max=100"]
+    for folder in ("pre", "lin"):
+        (tmp_path / folder).mkdir()
     args = ["--config-name", "fashion-mnist-lt/dscl", *CPU, *data, "max_epochs=1"]
     ok(solo("main_pretrain.py", [*args, "+limit_train_batches=2"], tmp_path / "pre"))
     (run_dir,) = (tmp_path / "pre" / "trained_models" / "dscl").iterdir()
     saved = json.loads((run_dir / "args.json").read_text())
-    assert saved["data"]["train_class_counts"] == lt_counts(30, 10, 100)
+    assert saved["data"]["train_class_counts"] == lt_counts(100, 10, 100)
     assert_online_shot_groups(tmp_path / "pre")
     linear = ["--config-name", "fashion-mnist-lt/dscl", *CPU, *data, "max_epochs=1"]
     linear.append(f"pretrained_feature_extractor={run_dir}")

@@ -30,7 +30,9 @@ NEEDS = (
 
 
 def _check_checkpoint(cfg: Any) -> None:
-    """main_linear.py's checkpoint: given, and a file (solo-learn asserts without a message)."""
+    """main_linear.py's checkpoint: given, and a file (solo-learn asserts without a message);
+    a run directory stands for its newest checkpoint, which the key then names (solo-learn
+    loads the file itself)."""
     from omegaconf import OmegaConf
 
     from solo_ext.config import ConfigError
@@ -39,8 +41,15 @@ def _check_checkpoint(cfg: Any) -> None:
     value = None if OmegaConf.is_missing(cfg, key) else OmegaConf.select(cfg, key, default=None)
     if value in (None, "None"):
         raise ConfigError(f"{key} is missing: the .ckpt file of the pretraining run to evaluate")
-    if not os.path.isfile(str(value)):
-        raise ConfigError(f"{key}={value!r}: no such file")
+    if os.path.isdir(str(value)):
+        from solo_ext.runs.checkpoint import find_checkpoint
+
+        try:
+            OmegaConf.update(cfg, key, str(find_checkpoint(str(value), key)))
+        except FileNotFoundError as err:
+            raise ConfigError(str(err)) from None
+    elif not os.path.isfile(str(value)):
+        raise ConfigError(f"{key}={value!r}: no such file or run directory")
 
 
 def _checkpoint_given(cfg: Any) -> bool:
