@@ -72,10 +72,10 @@ def test_the_stage_table_gives_each_stage_its_mean_and_spread_and_each_seed_its_
     assert rows[("`dscl`", "tau_norm")][-1] == "0.7, 1.1"
     assert rows[("`scl`", "lws")] == [
         "0",
-        "40.0 ± 0.0",
-        "50.0 ± 0.0",
-        "45.0 ± 0.0",
-        "20.0 ± 0.0",
+        "40.0",  # one seed: no spread to give
+        "50.0",
+        "45.0",
+        "20.0",
         "",
     ]
     # stages a method's runs do not have get no row
@@ -106,7 +106,13 @@ def test_the_untrained_floor_is_its_own_row(tmp_path):
             "data": {"dataset": "fashion_mnist_lt"},
         }
         (run / "args.json").write_text(json.dumps(args))
-        (run / "metrics.json").write_text(json.dumps({"knn_acc1": 50.0 if "un" in name else 70.0}))
+        base = 50.0 if "un" in name else 70.0
+        metrics = dict(zip(summarize.KEYS, (base, base + 10, base - 10, base - 30)))
+        (run / "metrics.json").write_text(json.dumps(metrics))
     runs = summarize.collect(tmp_path)
     assert sorted(runs) == ["scl", "untrained"]
     assert runs["untrained"][0]["knn_acc1"] == 50.0 and runs["scl"][0]["knn_acc1"] == 70.0
+    # one seed: its values, no spread
+    assert "| `scl` | 0 | 70.0 | 80.0 | 60.0 | 40.0 |" in summarize.table(runs).splitlines()
+    summarize.plot(runs, tmp_path / "knn.png", "fashion_mnist_lt")  # the floor as a dashed line
+    assert (tmp_path / "knn.png").stat().st_size > 0

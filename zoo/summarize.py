@@ -93,8 +93,10 @@ def table(runs: dict[str, list[dict]]) -> str:
 
 
 def mean_std(values: list[float]) -> str:
-    std = statistics.stdev(values) if len(values) > 1 else 0.0
-    return f"{statistics.mean(values):.1f} ± {std:.1f}"
+    """The mean and sample standard deviation; one seed has no spread, so its value alone."""
+    if len(values) == 1:
+        return f"{values[0]:.1f}"
+    return f"{statistics.mean(values):.1f} ± {statistics.stdev(values):.1f}"
 
 
 def stage_table(runs: dict[str, list[dict]]) -> str:
@@ -136,61 +138,102 @@ def stage_seeds(runs: dict[str, list[dict]]) -> str:
     return "\n".join(lines)
 
 
-def plot_stages(runs: dict[str, list[dict]], path: Path) -> None:
+def _mean_std(values: list[float]) -> tuple[float, float]:
+    if not values:
+        return 0.0, 0.0
+    return statistics.mean(values), statistics.stdev(values) if len(values) > 1 else 0.0
+
+
+def _bar_panels(
+    panels: list[tuple[str, list[tuple[float, float]]]],
+    methods: list[str],
+    xlabel: str,
+    title: str,
+    path: Path,
+    floor: list[float] | None = None,
+) -> None:
+    """One panel of horizontal bars per metric, one bar (mean, std as its whisker) per method:
+    legible for any number of methods. ``floor``: the untrained network's value per panel, a
+    dashed line."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    height = 1.0 + 0.3 * len(methods)
+    fig, axes = plt.subplots(
+        1, len(panels), figsize=(2.6 * len(panels) + 1.6, height), sharey=True, squeeze=False
+    )
+    ys = list(range(len(methods)))
+    for j, (ax, (name, cells)) in enumerate(zip(axes[0], panels)):
+        ax.barh(ys, [m for m, _ in cells], xerr=[s for _, s in cells], capsize=2, color="tab:blue")
+        if floor is not None:
+            ax.axvline(floor[j], color="grey", linestyle="--", linewidth=1)
+        ax.set_title(name)
+        ax.set_xlim(0, 100)
+        ax.set_xlabel(xlabel)
+        ax.grid(axis="x", alpha=0.3)
+    axes[0][0].set_yticks(ys, methods)
+    axes[0][0].invert_yaxis()
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def plot_stages(runs: dict[str, list[dict]], path: Path) -> None:
+    """Top-1 of each classifier stage (one panel per stage), methods ordered by their best stage."""
     # the stages some run has (a run of the decoupled stages alone has no balanced_linear)
     stages = {
         stage: prefix
         for stage, prefix in STAGES.items()
         if any(r.get(prefix + "acc1") is not None for items in runs.values() for r in items)
     }
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
-    width = 0.8 / max(len(runs), 1)
-    for ax, group, title in zip(axes, ("acc1", "acc1_few"), ("top-1", "few-shot top-1")):
-        for i, (method, items) in enumerate(runs.items()):
-            means, stds = [], []
-            for prefix in stages.values():
-                values = [r[prefix + group] for r in items if r.get(prefix + group) is not None]
-                means.append(statistics.mean(values) if values else 0.0)
-                stds.append(statistics.stdev(values) if len(values) > 1 else 0.0)
-            xs = [g + (i - (len(runs) - 1) / 2) * width for g in range(len(stages))]
-            ax.bar(xs, means, width, yerr=stds, capsize=3, label=method)
-        ax.set_xticks(range(len(stages)), list(stages), rotation=20)
-        ax.set_title(f"classifier stages: {title}, mean ± std over seeds")
-        ax.set_ylim(0, 100)
-    axes[0].set_ylabel("accuracy (%)")
-    axes[0].legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+
+    def cell(items: list[dict], key: str) -> tuple[float, float]:
+        return _mean_std([r[key] for r in items if r.get(key) is not None])
+
+    best = {
+        m: max(cell(items, p + "acc1")[0] for p in stages.values()) for m, items in runs.items()
+    }
+    methods = sorted(runs, key=lambda m: -best[m])
+    panels = [
+        (stage, [cell(runs[m], prefix + "acc1") for m in methods])
+        for stage, prefix in stages.items()
+    ]
+    floor = (
+        [cell(runs["untrained"], p + "acc1")[0] for p in stages.values()]
+        if "untrained" in runs
+        else None
+    )
+    _bar_panels(
+        panels,
+        methods,
+        "top-1 (%)",
+        "classifier stages: top-1, mean ± std over seeds (dashed: untrained)"
+        if floor
+        else "classifier stages: top-1, mean ± std over seeds",
+        path,
+        floor,
+    )
 
 
 def plot(runs: dict[str, list[dict]], path: Path, dataset: str = "synthetic_lt") -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    """kNN top-1 overall / many / medium / few (one panel each), methods ordered by overall."""
+    cells = {m: [_mean_std([r[k] for r in items]) for k in KEYS] for m, items in runs.items()}
+    methods = sorted(runs, key=lambda m: -cells[m][0][0])
     groups = ["overall", "many", "medium", "few"]
-    fig, ax = plt.subplots(figsize=(7, 4))
-    width = 0.8 / max(len(runs), 1)
-    for i, (method, items) in enumerate(runs.items()):
-        means = [statistics.mean(r[k] for r in items) for k in KEYS]
-        stds = [statistics.stdev([r[k] for r in items]) if len(items) > 1 else 0 for k in KEYS]
-        xs = [g + (i - (len(runs) - 1) / 2) * width for g in range(len(groups))]
-        ax.bar(xs, means, width, yerr=stds, capsize=3, label=method)
-    ax.set_xticks(range(len(groups)), groups)
-    ax.set_ylabel("kNN top-1 (%)")
-    ax.set_ylim(0, 100)
-    ax.legend()
-    ax.set_title(f"kNN top-1 on {dataset}, equal budget, mean ± std over seeds")
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    panels = [(g, [cells[m][i] for m in methods]) for i, g in enumerate(groups)]
+    floor = [c[0] for c in cells["untrained"]] if "untrained" in runs else None
+    title = f"kNN top-1 on {dataset}, equal budget, mean ± std over seeds"
+    _bar_panels(
+        panels,
+        methods,
+        "kNN top-1 (%)",
+        title + (" (dashed: untrained)" if floor else ""),
+        path,
+        floor,
+    )
 
 
 def main() -> None:
