@@ -1,5 +1,6 @@
-"""The README's set-up and main-job commands are the ones CI and the tests run, and the methods'
-options in docs/methods.md are their declarations, so none of them rots."""
+"""The README's set-up and main-job commands are the ones CI and the tests run, the methods'
+options in docs/methods.md are their declarations, and the pages' links name files that exist, so
+none of them rots."""
 
 from __future__ import annotations
 
@@ -76,3 +77,27 @@ def test_the_methods_table_follows_a_changed_declaration(monkeypatch):
         options, "temperature", dataclasses.replace(options["temperature"], default=0.5)
     )
     assert "`temperature` (default 0.5): " in options_markdown("scl")
+
+
+def _relative_links(page) -> list[str]:
+    """The link targets of a markdown page that are files of this repository (no URL, no anchor)."""
+    targets = re.findall(r"\]\(([^)\s]+)\)", page.read_text())
+    return [t.split("#")[0] for t in targets if not re.match(r"[a-z]+:|#", t)]
+
+
+def test_every_relative_link_of_the_pages_names_a_file_that_exists(tmp_path):
+    """The README, docs/ and the zoo's pages link only to files the repository holds (the README
+    once linked a zoo page before it was written)."""
+    pages = [ROOT / "README.md", *(ROOT / "docs").rglob("*.md"), *(ROOT / "zoo").glob("*.md")]
+    missing = [
+        f"{page.relative_to(ROOT)} -> {target}"
+        for page in pages
+        for target in _relative_links(page)
+        if not (page.parent / target).exists()
+    ]
+    assert not missing, missing
+    # the check sees a broken link
+    page = tmp_path / "page.md"
+    page.write_text("[a](there.md) [b](https://example.org/x.md) [c](#here)")
+    assert _relative_links(page) == ["there.md"]
+    assert not (tmp_path / "there.md").exists()
