@@ -92,11 +92,17 @@ def table(runs: dict[str, list[dict]]) -> str:
     return "\n".join(lines)
 
 
+def mean_and_std(values: list[float]) -> tuple[float, float]:
+    """The mean and sample standard deviation (0 for one value, (0, 0) for none)."""
+    if not values:
+        return 0.0, 0.0
+    return statistics.mean(values), statistics.stdev(values) if len(values) > 1 else 0.0
+
+
 def mean_std(values: list[float]) -> str:
-    """The mean and sample standard deviation; one seed has no spread, so its value alone."""
-    if len(values) == 1:
-        return f"{values[0]:.1f}"
-    return f"{statistics.mean(values):.1f} ± {statistics.stdev(values):.1f}"
+    """The mean ± the sample standard deviation; one seed has no spread, so its value alone."""
+    mean, std = mean_and_std(values)
+    return f"{mean:.1f}" if len(values) == 1 else f"{mean:.1f} ± {std:.1f}"
 
 
 def stage_table(runs: dict[str, list[dict]]) -> str:
@@ -136,12 +142,6 @@ def stage_seeds(runs: dict[str, list[dict]]) -> str:
             if any(cells):
                 lines.append(f"| {seed} | {stage} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
-
-
-def _mean_std(values: list[float]) -> tuple[float, float]:
-    if not values:
-        return 0.0, 0.0
-    return statistics.mean(values), statistics.stdev(values) if len(values) > 1 else 0.0
 
 
 def _bar_panels(
@@ -191,7 +191,7 @@ def plot_stages(runs: dict[str, list[dict]], path: Path) -> None:
     }
 
     def cell(items: list[dict], key: str) -> tuple[float, float]:
-        return _mean_std([r[key] for r in items if r.get(key) is not None])
+        return mean_and_std([r[key] for r in items if r.get(key) is not None])
 
     best = {
         m: max(cell(items, p + "acc1")[0] for p in stages.values()) for m, items in runs.items()
@@ -206,21 +206,15 @@ def plot_stages(runs: dict[str, list[dict]], path: Path) -> None:
         if "untrained" in runs
         else None
     )
+    title = "classifier stages: top-1, mean ± std over seeds"
     _bar_panels(
-        panels,
-        methods,
-        "top-1 (%)",
-        "classifier stages: top-1, mean ± std over seeds (dashed: untrained)"
-        if floor
-        else "classifier stages: top-1, mean ± std over seeds",
-        path,
-        floor,
+        panels, methods, "top-1 (%)", title + (" (dashed: untrained)" if floor else ""), path, floor
     )
 
 
 def plot(runs: dict[str, list[dict]], path: Path, dataset: str = "synthetic_lt") -> None:
     """kNN top-1 overall / many / medium / few (one panel each), methods ordered by overall."""
-    cells = {m: [_mean_std([r[k] for r in items]) for k in KEYS] for m, items in runs.items()}
+    cells = {m: [mean_and_std([r[k] for r in items]) for k in KEYS] for m, items in runs.items()}
     methods = sorted(runs, key=lambda m: -cells[m][0][0])
     groups = ["overall", "many", "medium", "few"]
     panels = [(g, [cells[m][i] for m in methods]) for i, g in enumerate(groups)]
