@@ -116,3 +116,51 @@ def test_the_untrained_floor_is_its_own_row(tmp_path):
     assert "| `scl` | 0 | 70.0 | 80.0 | 60.0 | 40.0 |" in summarize.table(runs).splitlines()
     summarize.plot(runs, tmp_path / "knn.png", "fashion_mnist_lt")  # the floor as a dashed line
     assert (tmp_path / "knn.png").stat().st_size > 0
+
+
+def test_the_entry_points_table_reads_main_linears_last_epoch_and_sets_the_gap_beside_the_spread(
+    tmp_path,
+):
+    """One method through solo-ext-* (DSCL's stage in the run's metrics.json) and through
+    solo-learn's scripts (its stage in main_linear.py's CSV log, the last epoch's row)."""
+    summarize = load()
+    knn = dict.fromkeys(summarize.KEYS[1:], 0.0)
+    ext = tmp_path / "dscl"
+    for seed, (knn_top1, stage_top1) in enumerate(((50.0, 40.0), (54.0, 44.0))):
+        run = ext / f"seed{seed}" / "trained_models" / "dscl" / "0"
+        run.mkdir(parents=True)
+        (run / "args.json").write_text(json.dumps({"method": "dscl", "seed": seed}))
+        metrics = {"knn_acc1": knn_top1, **knn, **stage_metrics("linear_", stage_top1)}
+        (run / "metrics.json").write_text(json.dumps(metrics))
+    scripts = tmp_path / "solo-learn-scripts-dscl"
+    for seed, (knn_top1, last_top1) in enumerate(((51.0, 47.0), (57.0, 51.0))):
+        run = scripts / f"seed{seed}" / "trained_models" / "dscl" / "0"
+        run.mkdir(parents=True)
+        (run / "args.json").write_text(json.dumps({"method": "dscl", "seed": seed}))
+        (run / "metrics.json").write_text(json.dumps({"knn_acc1": knn_top1, **knn}))
+        log = scripts / f"seed{seed}" / "lightning_logs" / "version_0"
+        log.mkdir(parents=True)
+        fields = "val_acc1,val_acc1_many,val_acc1_medium,val_acc1_few,epoch,step,train_loss_epoch"
+        rows = [  # an early epoch, the last, and a training row (no validation) after it
+            "10.0,11.0,12.0,13.0,0,8,",
+            f"{last_top1},{last_top1 + 10},{last_top1 + 5},{last_top1 - 20},9,89,",
+            ",,,,9,89,2.5",
+        ]
+        (log / "metrics.csv").write_text("\n".join([fields, *rows]) + "\n")
+    lines = summarize.entry_point_table([ext, scripts]).splitlines()
+    cells = {
+        line.split("|")[2].strip(): [c.strip() for c in line.split("|")[3:-1]]
+        for line in lines[2:4]
+    }
+    root2 = math.sqrt(2)
+    assert cells["`solo-ext-*`"][:2] == ["0, 1", f"52.0 ± {4 / root2:.1f}"]
+    assert cells["`solo-ext-*`"][5:] == [f"{m} ± {4 / root2:.1f}" for m in (42.0, 52.0, 47.0, 22.0)]
+    assert cells["solo-learn's scripts"][:2] == ["0, 1", f"54.0 ± {6 / root2:.1f}"]
+    assert cells["solo-learn's scripts"][5:] == [
+        f"{m} ± {4 / root2:.1f}" for m in (49.0, 59.0, 54.0, 29.0)
+    ]
+    gaps = [line for line in lines if line.startswith("| `dscl` | ")][2:]
+    assert gaps == [
+        f"| `dscl` | kNN top-1 | 2.0 | {4 / root2:.1f} | {6 / root2:.1f} |",
+        f"| `dscl` | `balanced_linear` top-1 | 7.0 | {4 / root2:.1f} | {4 / root2:.1f} |",
+    ]

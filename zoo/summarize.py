@@ -6,12 +6,18 @@ Reads ``<dir>/<method>/<run id>/metrics.json`` and ``args.json`` of every run be
 directories, groups the runs by method, and prints kNN top-1 overall / many / medium / few (and,
 for one-stage methods, the same of their head; for DenseCL its dense probe). With ``--stages``,
 the classifier stages of ``solo-ext-linear classifier_stage=all`` instead: one row per method and
-stage, then the same per seed (``--plot`` then draws top-1 and few-shot per stage).
+stage, then the same per seed (``--plot`` then draws top-1 and few-shot per stage). With
+``--entry-points``, the same methods through both entry points side by side: each directory is one
+method's runs, one folder per seed, through ``solo-ext-*`` or through solo-learn's
+``main_pretrain.py`` and ``main_linear.py`` (whose CSV log, ``lightning_logs/*/metrics.csv`` in the
+seed's folder, gives DSCL's stage at its last epoch); then each method's gap between the two and
+the seeds' spread of each.
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import statistics
 from collections import defaultdict
@@ -212,6 +218,78 @@ def plot_stages(runs: dict[str, list[dict]], path: Path) -> None:
     )
 
 
+def main_linear_stage(seed_dir: Path) -> dict[str, float]:
+    """DSCL's stage as solo-learn's ``main_linear.py`` logged it (its CSV log in the seed's folder):
+    the validation top-1 overall / many / medium / few of its last epoch, under the
+    ``balanced_linear`` keys; empty where the folder has no such log."""
+    rows = [
+        row
+        for log in sorted(seed_dir.glob("lightning_logs/*/metrics.csv"))
+        for row in csv.DictReader(log.open())
+        if row.get("val_acc1")
+    ]
+    if not rows:
+        return {}
+    last = max(rows, key=lambda row: int(row["step"]))
+    return {STAGES["balanced_linear"] + g: float(last["val_" + g]) for g in GROUPS}
+
+
+def entry_point_runs(root: Path) -> tuple[str, str, list[dict]]:
+    """One method's runs below ``root`` (a folder per seed): its name, its entry point and the
+    runs, the stage of ``main_linear.py`` read from its log where it made them."""
+    runs = collect(root)
+    if len(runs) != 1:
+        raise SystemExit(f"--entry-points: {root} holds runs of {sorted(runs)}, not of one method")
+    ((method, items),) = runs.items()
+    entry = "`solo-ext-*`"
+    for seed_dir in sorted(d for d in root.iterdir() if d.is_dir()):
+        stage = main_linear_stage(seed_dir)
+        if stage:
+            entry = "solo-learn's scripts"
+            seed = json.loads(next(seed_dir.rglob("args.json")).read_text()).get("seed")
+            next(r for r in items if r["seed"] == seed).update(stage)
+    return method, entry, items
+
+
+def entry_point_table(roots: list[Path]) -> str:
+    """kNN and DSCL's stage per method and entry point (mean ± std over seeds); then per method
+    the gap between the entry points' means beside each one's standard deviation."""
+    keys = KEYS + tuple(STAGES["balanced_linear"] + g for g in GROUPS)
+    lines = [
+        "| method | entry point | seeds | "
+        + " | ".join(HEADERS)
+        + " | `balanced_linear` top-1 | many | medium | few |",
+        "|---" * (len(keys) + 3) + "|",
+    ]
+    by_method: dict[str, list[tuple[str, list[dict]]]] = defaultdict(list)
+    for root in roots:
+        method, entry, items = entry_point_runs(root)
+        by_method[method].append((entry, items))
+        cells = [mean_std([r[k] for r in items if r.get(k) is not None]) for k in keys]
+        seeds = ", ".join(str(r["seed"]) for r in items)
+        lines.append(f"| `{method}` | {entry} | {seeds} | " + " | ".join(cells) + " |")
+    lines += [
+        "",
+        "| method | metric | gap of the means | std through `solo-ext-*` | std through solo-learn's"
+        " scripts |",
+        "|---|---|---|---|---|",
+    ]
+    for method, pair in by_method.items():
+        entries = dict(pair)
+        if set(entries) != {"`solo-ext-*`", "solo-learn's scripts"}:
+            continue
+        for key, label in ((KEYS[0], "kNN top-1"), (keys[4], "`balanced_linear` top-1")):
+            cells = []
+            for entry in ("`solo-ext-*`", "solo-learn's scripts"):
+                values = [r[key] for r in entries[entry]]
+                cells.append(mean_and_std(values) + (len(values),))
+            gap = abs(cells[0][0] - cells[1][0])
+            # one seed has no spread to compare the gap with
+            spreads = [f"{s:.1f}" if n > 1 else "n/a (one seed)" for _, s, n in cells]
+            lines.append(f"| `{method}` | {label} | {gap:.1f} | " + " | ".join(spreads) + " |")
+    return "\n".join(lines)
+
+
 def plot(runs: dict[str, list[dict]], path: Path, dataset: str = "synthetic_lt") -> None:
     """kNN top-1 overall / many / medium / few (one panel each), methods ordered by overall."""
     cells = {m: [mean_and_std([r[k] for r in items]) for k in KEYS] for m, items in runs.items()}
@@ -235,7 +313,15 @@ def main() -> None:
     p.add_argument("roots", type=Path, nargs="+")
     p.add_argument("--plot", type=Path)
     p.add_argument("--stages", action="store_true", help="the classifier stages' table")
+    p.add_argument(
+        "--entry-points",
+        action="store_true",
+        help="each directory one method's runs through one entry point: the two side by side",
+    )
     args = p.parse_args()
+    if args.entry_points:
+        print(entry_point_table(args.roots))
+        return
     runs = collect(*args.roots)
     if args.stages:
         print(stage_table(runs))
