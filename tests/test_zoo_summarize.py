@@ -160,7 +160,10 @@ def test_the_entry_points_table_reads_main_linears_last_epoch_and_sets_the_gap_b
         f"{m} ± {4 / root2:.1f}" for m in (49.0, 59.0, 54.0, 29.0)
     ]
     gaps = [line for line in lines if line.startswith("| `dscl` | ")][2:]
+    # the standard error of the gap, sqrt(s1² / 2 + s2² / 2): s² is 8 and 18 for kNN, 8 and 8
+    se_knn, se_stage = math.sqrt(8 / 2 + 18 / 2), math.sqrt(8 / 2 + 8 / 2)
     assert gaps == [
-        f"| `dscl` | kNN top-1 | 2.0 | {4 / root2:.1f} | {6 / root2:.1f} |",
-        f"| `dscl` | `balanced_linear` top-1 | 7.0 | {4 / root2:.1f} | {4 / root2:.1f} |",
+        f"| `dscl` | kNN top-1 | 2.0 | {4 / root2:.1f} | {6 / root2:.1f} | {se_knn:.1f} |",
+        f"| `dscl` | `balanced_linear` top-1 | 7.0 | {4 / root2:.1f} | {4 / root2:.1f}"
+        f" | {se_stage:.1f} |",
     ]

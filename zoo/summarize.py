@@ -10,8 +10,8 @@ stage, then the same per seed (``--plot`` then draws top-1 and few-shot per stag
 ``--entry-points``, the same methods through both entry points side by side: each directory is one
 method's runs, one folder per seed, through ``solo-ext-*`` or through solo-learn's
 ``main_pretrain.py`` and ``main_linear.py`` (whose CSV log, ``lightning_logs/*/metrics.csv`` in the
-seed's folder, gives DSCL's stage at its last epoch); then each method's gap between the two and
-the seeds' spread of each.
+seed's folder, gives DSCL's stage at its last epoch); then each method's gap between the two, the
+seeds' spread of each and the standard error of the gap.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import math
 import statistics
 from collections import defaultdict
 from pathlib import Path
@@ -271,8 +272,8 @@ def entry_point_table(roots: list[Path]) -> str:
     lines += [
         "",
         "| method | metric | gap of the means | std through `solo-ext-*` | std through solo-learn's"
-        " scripts |",
-        "|---|---|---|---|---|",
+        " scripts | standard error of the gap |",
+        "|---|---|---|---|---|---|",
     ]
     for method, pair in by_method.items():
         entries = dict(pair)
@@ -286,6 +287,9 @@ def entry_point_table(roots: list[Path]) -> str:
             gap = abs(cells[0][0] - cells[1][0])
             # one seed has no spread to compare the gap with
             spreads = [f"{s:.1f}" if n > 1 else "n/a (one seed)" for _, s, n in cells]
+            # the standard error of a difference of two independent means: sqrt(s1²/n1 + s2²/n2)
+            error = math.sqrt(sum(s**2 / n for _, s, n in cells))
+            spreads.append(f"{error:.1f}" if min(n for *_, n in cells) > 1 else "n/a")
             lines.append(f"| `{method}` | {label} | {gap:.1f} | " + " | ".join(spreads) + " |")
     return "\n".join(lines)
 
