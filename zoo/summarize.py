@@ -279,7 +279,10 @@ def entry_point_table(roots: list[Path]) -> str:
         entries = dict(pair)
         if set(entries) != {"`solo-ext-*`", "solo-learn's scripts"}:
             continue
-        for key, label in ((KEYS[0], "kNN top-1"), (keys[4], "`balanced_linear` top-1")):
+        for key, label in (
+            (KEYS[0], "kNN top-1"),
+            (STAGES["balanced_linear"] + "acc1", "`balanced_linear` top-1"),
+        ):
             cells = []
             for entry in ("`solo-ext-*`", "solo-learn's scripts"):
                 values = [r[key] for r in entries[entry]]
