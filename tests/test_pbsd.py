@@ -212,3 +212,71 @@ def test_loader_views_reach_the_student_and_the_teacher(make_cfg, monkeypatch):
     # one student call of the 8 images' patches per patch index, in index order
     assert len(small) == 5
     assert all(torch.equal(x, patches[:, i]) for i, x in enumerate(small))
+
+
+def test_patch_running_stats_false_keeps_the_full_views_statistics(make_cfg, monkeypatch):
+    """``patch_running_stats: false``: the same loss and gradients as the published step, and
+    BatchNorm running statistics that are those of the full views alone (a fresh copy of the
+    networks fed only the full-size inputs the step gave them, in the same order)."""
+    import copy
+
+    from solo_ext.host import METHODS
+
+    cfg = parse_cfg(make_cfg("pbsd"))
+    published = METHODS["pbsd"](cfg)
+    cfg_kept = copy.deepcopy(cfg)
+    cfg_kept.method_kwargs.patch_running_stats = False
+    kept = METHODS["pbsd"](cfg_kept)
+    kept.load_state_dict(published.state_dict())
+    fresh = copy.deepcopy(kept)
+    gen = torch.Generator().manual_seed(0)
+    crops = [torch.randn(8, 3, 32, 32, generator=gen) for _ in range(2)]
+    patches = torch.randn(8, 5, 3, 9, 9, generator=gen)
+    boxes = torch.tensor([[2.0, 1.0, 20.0, 17.0]]).repeat(8, 5, 1)
+    labels = torch.randint(0, 4, (8,), generator=gen)
+    batch = [torch.arange(8), [*crops, patches, boxes], labels]
+    # what the full views gave the online backbone and projector: their inputs before the
+    # distillation term starts (its first act is to pool the teacher)
+    seen: dict[str, list[torch.Tensor]] = {"backbone": [], "projector": []}
+    in_term = [False]
+
+    def pool(*args):
+        in_term[0] = True
+        return roi_pool(*args)
+
+    monkeypatch.setattr(pbsd_module, "roi_pool", pool)
+    for name in seen:
+        getattr(kept, name).register_forward_pre_hook(
+            lambda m, args, name=name: None if in_term[0] else seen[name].append(args[0].detach())
+        )
+    losses, grads = [], []
+    for model in (published, kept):
+        in_term[0] = False
+        torch.manual_seed(1)
+        loss = model.training_step(batch, 0)
+        loss.backward()
+        losses.append(loss.detach())
+        grads.append([p.grad.clone() for p in model.backbone.parameters()])
+    torch.testing.assert_close(losses[0], losses[1], rtol=0, atol=0)
+    for a, b in zip(*grads):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    assert all(x.shape[-1] == 32 for x in seen["backbone"]) and len(seen["backbone"]) >= 2
+    fresh.train()
+    with torch.no_grad():
+        for name in seen:
+            for x in seen[name]:
+                getattr(fresh, name)(x)
+    for name in seen:
+        norms = [
+            (m, n)
+            for m, n in zip(getattr(kept, name).modules(), getattr(fresh, name).modules())
+            if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)
+        ]
+        assert norms or name == "projector"  # (DSCL's projector has no BatchNorm)
+        for m, n in norms:
+            torch.testing.assert_close(m.running_mean, n.running_mean, rtol=0, atol=0)
+            torch.testing.assert_close(m.running_var, n.running_var, rtol=0, atol=0)
+    # the published step's patches moved them (so the check above can fail)
+    first = next(m for m in published.backbone.modules() if isinstance(m, torch.nn.BatchNorm2d))
+    kept_first = next(m for m in kept.backbone.modules() if isinstance(m, torch.nn.BatchNorm2d))
+    assert not torch.equal(first.running_mean, kept_first.running_mean)

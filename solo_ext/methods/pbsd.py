@@ -50,7 +50,13 @@ from solo_ext.losses.pbsd import pbsd_loss
 from solo_ext.methods.base import require_input_size, require_spatial_map
 from solo_ext.methods.dscl import DecoupledLoss
 from solo_ext.methods.scl import SCL, StepTerm
-from solo_ext.modules.patches import DevicePatchAugment, crop_boxes, roi_pool, sample_boxes
+from solo_ext.modules.patches import (
+    DevicePatchAugment,
+    crop_boxes,
+    roi_pool,
+    running_stats_kept,
+    sample_boxes,
+)
 
 
 def device_patch_augment(dataset: str, query: DictConfig) -> DevicePatchAugment:
@@ -92,6 +98,15 @@ class PatchDistillation(StepTerm):
         ),
         "box_crop_size": Option(
             None, "int", 8, nullable=True, help="the patches' side; null: 64 px per 224 px of crop"
+        ),
+        "patch_running_stats": Option(
+            True,
+            "bool",
+            help=(
+                "`true`: the patch forwards update BatchNorm's running statistics, as published; "
+                "`false`: they keep those of the full views (the batch statistics, and so the "
+                "gradients, are the same)"
+            ),
         ),
         "patch_source": Option(
             "loader",
@@ -241,18 +256,20 @@ class PatchDistillation(StepTerm):
             patches, boxes = self._loader_patches
         else:
             patches, boxes = self.device_patches(images)
-        with torch.no_grad():  # the teacher side only gives targets
-            pooled = roi_pool(out["fmap"][0], boxes, images.shape[-1])
-            teacher = F.normalize(method.projector(pooled), dim=-1)
-        # one batch of B per patch index, as published: each call's BatchNorm layers see
-        # that index's B patches apart (their statistics and running means)
-        student = torch.stack(
-            [
-                F.normalize(method.projector(method.backbone(method.channels_last(p))), dim=-1)
-                for p in patches.unbind(1)
-            ],
-            dim=1,
-        )
+        keep = () if kw.patch_running_stats else (method.backbone, method.projector)
+        with running_stats_kept(*keep):
+            with torch.no_grad():  # the teacher side only gives targets
+                pooled = roi_pool(out["fmap"][0], boxes, images.shape[-1])
+                teacher = F.normalize(method.projector(pooled), dim=-1)
+            # one batch of B per patch index, as published: each call's BatchNorm layers see
+            # that index's B patches apart (their statistics and running means)
+            student = torch.stack(
+                [
+                    F.normalize(method.projector(method.backbone(method.channels_last(p))), dim=-1)
+                    for p in patches.unbind(1)
+                ],
+                dim=1,
+            )
         student = student.flatten(0, 1)  # [B, L, D] -> [B * L, D], box order
         # the key of the image seen from the other large crop, as for the first crop's query
         keys = out["momentum_z"][1]

@@ -7,6 +7,8 @@ loader, solo-learn's DALI loaders included.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import torch
 from torch import nn
@@ -38,6 +40,34 @@ def sample_boxes(
     x1 = (width - w) * u[2]
     y1 = (height - h) * u[3]
     return torch.stack([x1, y1, x1 + w, y1 + h], dim=-1)
+
+
+@contextmanager
+def running_stats_kept(*modules: nn.Module) -> Iterator[None]:
+    """Inside, the BatchNorm layers of ``modules`` normalise with their batch's statistics as
+    usual (train mode: the outputs and gradients are unchanged), and their running statistics
+    are as they were on the way out.
+
+    They update copies inside, which are dropped after: the buffers themselves are never
+    written, since autograd may hold them for the backward pass.
+    """
+    names = ("running_mean", "running_var", "num_batches_tracked")
+    norms = [
+        m
+        for module in modules
+        for m in module.modules()
+        if isinstance(m, nn.modules.batchnorm._BatchNorm) and m.track_running_stats
+    ]
+    saved = [[getattr(m, name) for name in names] for m in norms]
+    for m, buffers in zip(norms, saved):
+        for name, buffer in zip(names, buffers):
+            setattr(m, name, buffer.clone())
+    try:
+        yield
+    finally:
+        for m, buffers in zip(norms, saved):
+            for name, buffer in zip(names, buffers):
+                setattr(m, name, buffer)
 
 
 def _rois(boxes: torch.Tensor) -> torch.Tensor:
