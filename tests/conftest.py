@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import pickle
 import sys
@@ -40,6 +41,16 @@ AUGMENTATION = {
     "crop_size": 32,
     "num_crops": 2,
 }
+
+
+def stand_in_checkpoint(folder: Path, name: str = "run.ckpt") -> Path:
+    """An empty checkpoint file, with a pretraining run's ``args.json`` beside it that gives
+    only the run's views (the query view a classifier stage takes by default)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "args.json").write_text(json.dumps({"augmentations": [AUGMENTATION]}))
+    ckpt = folder / name
+    ckpt.touch()
+    return ckpt
 
 
 # The cheapest backbone every method runs on at 32 px (the suite must fit 2 CPU cores): the CIFAR

@@ -470,9 +470,12 @@ def stand_in_linear_model() -> types.ModuleType:
     return module
 
 
-def classifier_stage_run(**stage) -> None:
+def classifier_stage_run(stage_view=None, **stage) -> None:
     parsed.RUN = parsed.Run(
-        OmegaConf.create({"dataset": "synthetic_lt"}), None, OmegaConf.create(stage)
+        OmegaConf.create({"dataset": "synthetic_lt"}),
+        None,
+        OmegaConf.create(stage),
+        stage_view=stage_view,
     )
 
 
@@ -508,15 +511,26 @@ def test_main_linears_stage_runs_the_frozen_backbone_in_train_mode_as_published(
         assert not torch.equal(backbone[1].running_mean, before[1].running_mean)
 
 
-def test_main_linears_stage_trains_on_the_published_crops():
+def test_main_linears_stage_trains_on_the_runs_view_or_the_published_crops():
+    """main_linear.py's training crops: the run's query view (``pretrain``, what the bridge's
+    parse_cfg read from the run's args.json), the official stage's crops (``published``), or
+    solo-learn's own (``solo-learn``); its validation transform stays solo-learn's."""
+    from conftest import AUGMENTATION
     from torchvision import transforms as T
 
-    from solo_ext.data.transforms import PILGaussianBlur
+    from solo_ext.data.transforms import PILGaussianBlur, build_augmentation
 
     loader = healthy("solo.data.classification_dataloader")
     loader.prepare_transforms = lambda dataset: ("solo-learn's crops", "solo-learn's val")
     patch(loader)
-    classifier_stage_run(train_augmentation="published", backbone_bn="train")
+    view = OmegaConf.create({**AUGMENTATION, "num_crops": 1})
+    classifier_stage_run(train_augmentation="pretrain", backbone_bn="train", stage_view=view)
+    train, val = loader.prepare_transforms("cifar100")
+    assert val == "solo-learn's val"
+    assert repr(train) == repr(build_augmentation("cifar100", view))
+    (crop,) = [t for t in train.transforms if isinstance(t, T.RandomResizedCrop)]
+    assert crop.scale == (0.5, 1.0) and crop.size == (32, 32)  # (the view's)
+    classifier_stage_run(train_augmentation="published", backbone_bn="train", stage_view=view)
     train, val = loader.prepare_transforms("cifar100")
     assert val == "solo-learn's val"  # (resize 256, centre crop 224 on ImageNet: as published)
     (crop,) = [t for t in train.transforms if isinstance(t, T.RandomResizedCrop)]

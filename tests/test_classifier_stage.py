@@ -1,7 +1,8 @@
 """``solo-ext-linear``'s classifier stage on a tiny pretraining run: the published stage (DSCL's
 ``equal_lincls.py``: images through the frozen backbone, its BatchNorm statistics following the
-stage, the fc N(0, 0.01), DSCL's crops) by default on a long-tailed dataset, the features path
-on a balanced one; solo-learn's schedules (``step``, cosine) on both paths; one-line errors."""
+stage, the fc N(0, 0.01), the run's own query view) by default on a long-tailed dataset, the
+features path on a balanced one; solo-learn's schedules (``step``, cosine) on both paths;
+one-line errors."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from typing import Any
 import lightning.pytorch as pl
 import pytest
 import torch
-from conftest import RESNET18, eval_cfg, tiny_cfg
+from conftest import RESNET18, eval_cfg, stand_in_checkpoint, tiny_cfg
 from omegaconf import OmegaConf
 
 from solo_ext.commands import linear
@@ -28,7 +29,7 @@ from solo_ext.eval.classifier_stage import (
     CLASSIFIER_STAGE_OPTIONS,
     LONG_TAIL_STAGE,
     published_stage,
-    published_train_transform,
+    stage_train_transform,
 )
 from solo_ext.runs.load import load_run
 
@@ -100,7 +101,7 @@ def bn_buffers(state: dict[str, torch.Tensor], prefix: str = "") -> dict[str, to
 def test_long_tailed_default_is_the_published_stage(published):
     metrics, recorder = published
     assert metrics["linear_backbone_bn"] == "train"
-    assert metrics["linear_train_augmentation"] == "published"
+    assert metrics["linear_train_augmentation"] == "pretrain"
     assert metrics["linear_classifier_init"] == "normal"
     assert metrics["linear_sampler"] == "class_balanced"
     assert isinstance(recorder.loader.sampler, ClassBalancedSampler)
@@ -110,8 +111,8 @@ def test_long_tailed_default_is_the_published_stage(published):
 
 def test_defaults_follow_the_dataset():
     for dataset, want, images in [
-        ("synthetic_lt", ("train", "normal", "published"), True),
-        ("imagenet_lt", ("train", "normal", "published"), True),
+        ("synthetic_lt", ("train", "normal", "pretrain"), True),
+        ("imagenet_lt", ("train", "normal", "pretrain"), True),
         ("cifar10", ("eval", "default", "solo-learn"), False),
         ("imagenet", ("eval", "default", "solo-learn"), False),
     ]:
@@ -124,7 +125,7 @@ def test_defaults_follow_the_dataset():
         assert schedule == (LONG_TAIL_STAGE if images else BALANCED_STAGE), dataset
     cfg = OmegaConf.create({"backbone_bn": "eval", "max_epochs": 3})  # given keys are kept
     linear.fill_stage(cfg, OmegaConf.create({"dataset": "synthetic_lt"}))
-    assert (cfg.backbone_bn, cfg.train_augmentation) == ("eval", "published")
+    assert (cfg.backbone_bn, cfg.train_augmentation) == ("eval", "pretrain")
     assert (cfg.max_epochs, cfg.scheduler.name) == (3, "step")
 
 
@@ -247,7 +248,7 @@ def test_test_uses_the_stage_statistics_in_eval_mode(published, tiny_run):
 def test_backbone_bn_eval_keeps_the_statistics(frozen_bn, tiny_run):
     metrics, recorder = frozen_bn
     assert (metrics["linear_backbone_bn"], metrics["linear_classifier_init"]) == ("eval", "default")
-    assert metrics["linear_train_augmentation"] == "published"  # images still
+    assert metrics["linear_train_augmentation"] == "pretrain"  # images still
     before = bn_buffers(load_run(tiny_run)[0].state_dict())
     after = bn_buffers(recorder.end_state, "backbone.")
     assert before.keys() == after.keys() and before
@@ -268,13 +269,42 @@ def test_classifier_init_normal_and_default(published, frozen_bn):
 
 
 def test_train_augmentation_gives_the_loader_its_transform(published, tiny_run):
-    loader = published[1].loader
-    assert repr(loader.dataset.transform) == repr(published_train_transform("synthetic_lt"))
-    assert "ColorJitter" in repr(loader.dataset.transform)
+    """``pretrain`` (the default): the first crop of the run's own pretraining (its transform as
+    pretraining built it); ``published``: the official stage's ImageNet-LT crops at the data's
+    size; ``solo-learn``: a random resized crop and a flip."""
+    from solo_ext.data.transforms import build_pretrain_transform
+
+    run_cfg = OmegaConf.create(json.loads((tiny_run / "args.json").read_text()))
+    (query, _), *_ = build_pretrain_transform("synthetic_lt", run_cfg.augmentations).pipelines
+    transform = published[1].loader.dataset.transform
+    assert repr(transform) == repr(query)
+    fixed = stage_run(tiny_run, max_epochs=1, train_augmentation="published")[1]
+    fixed = fixed.loader.dataset.transform
+    assert repr(fixed) == repr(stage_train_transform("synthetic_lt", "published"))
+    assert repr(fixed) != repr(transform)  # (the run's view is not the official one)
+    assert "scale=(0.08, 1.0)" in repr(fixed) and "scale=(0.5, 1.0)" in repr(transform)
     _, recorder = stage_run(tiny_run, max_epochs=1, train_augmentation="solo-learn")
     transform = recorder.loader.dataset.transform
     assert repr(transform) == repr(train_transform("synthetic_lt", "solo-learn"))
     assert "RandomResizedCrop" in repr(transform) and "ColorJitter" not in repr(transform)
+
+
+def test_a_run_without_its_query_view_stops_in_one_line(tiny_run, tmp_path):
+    """``train_augmentation: pretrain`` on a run whose ``args.json`` has no ``augmentations``:
+    one line naming the key and the value, before the stage trains."""
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(tiny_run, run)
+    args = json.loads((run / "args.json").read_text())
+    del args["augmentations"]
+    (run / "args.json").write_text(json.dumps(args))
+    before = {p: p.stat().st_mtime_ns for p in run.rglob("*")}
+    with pytest.raises(ConfigError) as info:
+        stage_run(run, max_epochs=1)
+    message = str(info.value)
+    assert message.startswith("train_augmentation='pretrain': ") and "\n" not in message
+    assert {p: p.stat().st_mtime_ns for p in run.rglob("*")} == before  # nothing written
 
 
 @pytest.mark.parametrize("key", [*CLASSIFIER_STAGE_OPTIONS, "scheduler.name"])
@@ -319,8 +349,7 @@ def test_main_linear_takes_a_made_folder_as_long_tailed_with_the_files_groups(tm
     from test_configs import compose_config
 
     root = made_folder(tmp_path / "lt", [30, 25, 20, 12, 10, 8, 6, 5, 4, 3], many=15, few=5)
-    ckpt = tmp_path / "run.ckpt"
-    ckpt.touch()
+    ckpt = stand_in_checkpoint(tmp_path)
     overrides = [
         "data.dataset=custom",
         f"data.train_path={root / 'train'}",
@@ -339,5 +368,5 @@ def test_main_linear_takes_a_made_folder_as_long_tailed_with_the_files_groups(tm
     assert (cfg.backbone_bn, cfg.classifier_init, cfg.train_augmentation) == (
         "train",
         "normal",
-        "published",
+        "pretrain",
     )

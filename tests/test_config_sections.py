@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import stand_in_checkpoint
 from omegaconf import OmegaConf
 from test_configs import compose_config, configs, data_overrides
 
@@ -321,8 +322,7 @@ PLAIN_LINEAR = {
 
 def plain_linear(name: str, tmp_path: Path) -> tuple[list[str], dict]:
     rest, train, val = paths_for(compose_config("linear", name).data.dataset, tmp_path)
-    ckpt = tmp_path / "run.ckpt"
-    ckpt.touch()
+    ckpt = stand_in_checkpoint(tmp_path)
     values = {**PLAIN_LINEAR, "data.train_path": train, "data.val_path": val}
     overrides = rest + [f"{k}={v}" for k, v in values.items()]
     return overrides + [f"pretrained_feature_extractor={ckpt}"], values
@@ -483,8 +483,7 @@ def test_keys_at_defaults_change_nothing_in_solo_learns_parse_cfg(name, tmp_path
 def test_keys_at_defaults_change_nothing_in_solo_learns_linear_parse_cfg(name, tmp_path):
     from solo.args.linear import parse_cfg as solo_parse_cfg
 
-    ckpt = tmp_path / "run.ckpt"
-    ckpt.touch()
+    ckpt = stand_in_checkpoint(tmp_path)
     dataset = compose_config("linear", name).data.dataset
     overrides = CPU + data_overrides(dataset, tmp_path) + [f"pretrained_feature_extractor={ckpt}"]
     full, stripped, gone, not_filled = with_and_without_defaults(

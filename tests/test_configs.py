@@ -182,7 +182,7 @@ def test_linear_config_runs_with_solo_ext_linear(tiny_run):
     metrics = linear.run(cfg)
     assert metrics["linear_sampler"] == "class_balanced"
     stage = (metrics["linear_backbone_bn"], metrics["linear_train_augmentation"])
-    assert stage == ("train", "published")
+    assert stage == ("train", "pretrain")
     assert json.loads((tiny_run / "metrics.json").read_text())["linear_acc1"] == pytest.approx(
         metrics["linear_acc1"]
     )

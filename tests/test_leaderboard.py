@@ -117,7 +117,7 @@ def tree(tmp_path_factory) -> dict:
         # DSCL's classifier stage (the default of the long-tailed linear configs)
         "backbone_bn": "train",
         "classifier_init": "normal",
-        "train_augmentation": "published",
+        "train_augmentation": "pretrain",
     }
     (linear_dir / "args.json").write_text(json.dumps(linear_args))
     linear = [{"val_acc1": 50.0}, {"val_acc1": 57.25, "val_acc1_many": 68.5,
@@ -309,13 +309,13 @@ def test_a_linear_evaluation_off_the_published_classifier_stage_is_flagged():
     dataset without a published stage compares nothing."""
     dscl = {"sampler": "class_balanced", "epochs": "40", "batch": "2048", "lr": "10",
             "schedule": "step", "lr_decay_epochs": "20 30", "backbone_bn": "train",
-            "classifier_init": "normal", "train_augmentation": "published",
+            "classifier_init": "normal", "train_augmentation": "pretrain",
             "loss": "ce"}  # fmt: skip
     assert published_stage("imagenet_lt") == published_stage("cifar100_lt") == dscl
     assert published_stage("cifar100") == {}
     run = {"sampler": "class_balanced", "epochs": 40, "batch": 2048, "lr": 1.25 * 2048 / 256,
            "schedule": "step", "lr_decay_epochs": [20, 30], "backbone_bn": "train",
-           "classifier_init": "normal", "train_augmentation": "published",
+           "classifier_init": "normal", "train_augmentation": "pretrain",
            "loss": "ce"}  # fmt: skip
     assert stage_differences(dscl, run) == []
     assert stage_differences(dscl, {"epochs": 40}) == []  # (what is not recorded: not compared)

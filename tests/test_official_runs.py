@@ -8,6 +8,7 @@ official run``; a stated difference that is not one fails too.
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from pathlib import Path
@@ -76,9 +77,14 @@ def check(door: str, name: str, run_id: str, root: Path, overrides: list[str] = 
     assert not stale, f"{name}: the header states differences that are not: {stale}"
 
 
-def resolve_linear(door: str, name: str, root: Path):
-    """A linear recipe as the door resolves it, for a checkpoint file (an empty stand-in)."""
+def resolve_linear(door: str, name: str, root: Path, pretrained: str | None = None):
+    """A linear recipe as the door resolves it, for a checkpoint file (an empty stand-in) with
+    the ``args.json`` of the pretraining recipe ``pretrained`` (default: the same name) beside
+    it; with the run's query view the stage takes in ``solo-ext-linear`` (None in
+    ``main_linear.py``, which reads it from the ``args.json`` itself)."""
     raw = compose_config("linear", name)
+    run = resolve("solo-ext-pretrain", pretrained or name, root)
+    (root / "args.json").write_text(json.dumps(OmegaConf.to_container(run, resolve=True)))
     ckpt = root / "run.ckpt"
     ckpt.touch()
     overrides = data_overrides(raw.data.dataset, root) + [f"pretrained_feature_extractor={ckpt}"]
@@ -86,25 +92,50 @@ def resolve_linear(door: str, name: str, root: Path):
     if door == "solo-ext-linear":
         OmegaConf.set_struct(cfg, False)
         check_options(cfg, linear.OPTIONS)
-        return linear.resolve(cfg, cfg.data)
+        cfg = linear.resolve(cfg, cfg.data, run)
+        return cfg, linear.stage_view(cfg, run)
     if HOST != "solo":
         pytest.skip("main_linear.py's parse_cfg needs the real solo-learn importable")
     from solo.args.linear import parse_cfg as solo_parse_cfg
 
     register()
-    return solo_parse_cfg(cfg)
+    return solo_parse_cfg(cfg), None
 
 
 @pytest.mark.parametrize("door", ["solo-ext-linear", "main_linear.py"])
 @pytest.mark.parametrize("name, run_id", LINEAR, ids=[n for n, _ in LINEAR])
 def test_linear_recipe_trains_its_official_stage(door, name, run_id, tmp_path):
     run = RUNS[run_id]
-    cfg = resolve_linear(door, name, tmp_path)
-    found = differences(run["values"], linear_effective_values(cfg, run["values"], door))
+    cfg, view = resolve_linear(door, name, tmp_path)
+    found = differences(
+        run["values"], linear_effective_values(cfg, run["values"], door, run_view=view)
+    )
     stated = stated_differences(ROOT / "scripts" / "linear" / f"{name}.yaml")
     unstated = {k: v for k, v in found.items() if k not in stated}
     assert not unstated, f"{name} ({door}) differs from {run_id} unstated: {unstated}"
     assert not sorted(set(stated) - set(found)), f"{name}: stale statements"
+
+
+@pytest.mark.parametrize("door", ["solo-ext-linear", "main_linear.py"])
+@pytest.mark.parametrize("method", ["scl", "dscl", "pbsd"])
+def test_imagenet_lt_stage_trains_on_the_published_crops(door, method, tmp_path):
+    """On ImageNet-LT the run's own query view, which the stage takes by default, is the
+    official stage's crops: the stage's transform there is what it was before it followed the
+    run (the fixed ``published`` one)."""
+    from solo_ext.eval.classifier_stage import published_train_augmentation, stage_train_transform
+    from solo_ext.recipes.effective import _views
+    from solo_ext.solo_learn import parsed
+
+    cfg, view = resolve_linear(door, "imagenet-lt/dscl", tmp_path, f"imagenet-lt/{method}")
+    assert cfg.train_augmentation == "pretrain"
+    if door == "main_linear.py":
+        view = parsed.RUN.stage_view
+    fixed = published_train_augmentation("imagenet_lt")
+    assert _views(OmegaConf.create({"augmentations": [view]})) == _views(
+        OmegaConf.create({"augmentations": [fixed]})
+    )
+    taken = stage_train_transform("imagenet_lt", "pretrain", view)
+    assert repr(taken) == repr(stage_train_transform("imagenet_lt", "published"))
 
 
 def test_the_table_covers_every_recipe_that_follows_an_official_run():

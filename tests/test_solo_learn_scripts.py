@@ -30,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import ROOT, fake_cifar, fake_images, write_fashion_mnist
+from conftest import ROOT, fake_cifar, fake_images, stand_in_checkpoint, write_fashion_mnist
 from test_configs import compose_config, configs, data_overrides
 
 from solo_ext.host import HOST
@@ -489,8 +489,7 @@ def test_pretrain_config_through_solo_parse_cfg(name, tmp_path):
 def test_linear_config_through_solo_parse_cfg(name, tmp_path):
     from solo.args.linear import parse_cfg
 
-    ckpt = tmp_path / "run.ckpt"
-    ckpt.touch()
+    ckpt = stand_in_checkpoint(tmp_path)
     dataset = compose_config("linear", name).data.dataset
     overrides = CPU + data_overrides(dataset, tmp_path) + [f"pretrained_feature_extractor={ckpt}"]
     cfg = parse_cfg(compose_config("linear", name, overrides))
@@ -606,6 +605,27 @@ def test_main_linear_without_checkpoint_is_one_line(tmp_path):
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith("main_linear.py: error: pretrained_feature_extractor is missing"), last
     assert list(tmp_path.iterdir()) == []
+
+
+def test_main_linear_on_a_checkpoint_without_its_run_config_is_one_line(
+    monkeypatch, capsys, tmp_path
+):
+    """The classifier stage trains on the run's query view, read from the args.json beside the
+    checkpoint: without one, main_linear.py stops in one line naming the key and the file."""
+    from solo.args.linear import parse_cfg
+
+    ckpt = tmp_path / "run.ckpt"
+    ckpt.touch()
+    cfg = compose_config(
+        "linear", "synthetic-lt/dscl", [*CPU, f"pretrained_feature_extractor={ckpt}"]
+    )
+    monkeypatch.setattr(sys, "argv", ["main_linear.py"])
+    with pytest.raises(SystemExit) as info:
+        parse_cfg(cfg)
+    assert info.value.code == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("main_linear.py: error: train_augmentation='pretrain': "), line
+    assert str(tmp_path / "args.json") in line
 
 
 # --- whole runs on two processes ----------------------------------------------------------
@@ -795,8 +815,7 @@ def test_the_long_tailed_linear_configs_step_solo_learns_lr_as_published(name, t
     from solo.methods.linear import LinearModel
     from torch import nn
 
-    ckpt = tmp_path / "run.ckpt"
-    ckpt.touch()
+    ckpt = stand_in_checkpoint(tmp_path)
     dataset = compose_config("linear", name).data.dataset
     overrides = CPU + data_overrides(dataset, tmp_path) + [f"pretrained_feature_extractor={ckpt}"]
     overrides.append("optimizer.batch_size=2048")

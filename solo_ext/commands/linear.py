@@ -8,7 +8,8 @@ they follow the dataset):
 
 - the published stage (DSCL's ``equal_lincls.py``; the default on long-tailed datasets): the
   linear layer is trained on images through the frozen backbone, on augmented crops
-  (``train_augmentation``: ``published``, or solo-learn's random resized crop and flip), with the
+  (``train_augmentation``: ``pretrain``, the run's own query view; ``published``, the official
+  stage's ImageNet-LT crops; or solo-learn's random resized crop and flip), with the
   backbone in train mode when ``backbone_bn: train`` (its BatchNorm running statistics follow the
   stage's images and are then used at test, in eval mode), the layer initialised as
   ``classifier_init`` says (``feature_norm`` is not used);
@@ -88,6 +89,7 @@ from solo_ext.eval.classifier_stage import (
     STAGE_SCHEDULES,
     fill_classifier_stage,
     published_stage,
+    run_query_view,
     stage_data_long_tailed,
     train_augmentation_entry,
 )
@@ -137,12 +139,22 @@ def stage_sampler(cfg: DictConfig, data: DictConfig) -> str | None:
     return LONG_TAIL_SAMPLER if stage_data_long_tailed(stage) else None
 
 
-def resolve(cfg: DictConfig, data: DictConfig) -> DictConfig:
-    """``cfg`` with every default of the stage filled for the evaluated ``data``, checked."""
+def resolve(cfg: DictConfig, data: DictConfig, pre_cfg: DictConfig | None = None) -> DictConfig:
+    """``cfg`` with every default of the stage filled for the evaluated ``data``, checked (with
+    the run's config ``pre_cfg``, also that it has the view ``train_augmentation`` takes)."""
     fill_stage(cfg, data)
     fill_options(cfg, OPTIONS)  # (a whole config given with --config-name may leave keys out)
     SGDSchedule.from_cfg(cfg)  # a step schedule without its epochs stops here
+    if pre_cfg is not None:
+        stage_view(cfg, pre_cfg)
     return cfg
+
+
+def stage_view(cfg: DictConfig, pre_cfg: DictConfig) -> DictConfig | None:
+    """The run's query view when the stage trains on it (``train_augmentation: pretrain``)."""
+    if cfg.train_augmentation != "pretrain":
+        return None
+    return run_query_view(pre_cfg, "the run's args.json")
 
 
 def _loader(
@@ -175,7 +187,7 @@ def _dali_loader(
     args = {"seed": cfg.seed, **(sampler_args or {"name": "instance"})}
     sampler = build_sampler(args.pop("name"), targets_of(train_set), **args)
     dataset = pre_cfg.data.dataset
-    entry = train_augmentation_entry(dataset, cfg.train_augmentation)
+    entry = train_augmentation_entry(dataset, cfg.train_augmentation, stage_view(cfg, pre_cfg))
     device = select(cfg, "dali.device") or run_dali_device(pre_cfg)
     return dali_loader(
         train_set,
@@ -259,7 +271,7 @@ def _on_images(
         train_set = build_dataset(data, "train", None)
         train: Any = _dali_loader(cfg, pre_cfg, train_set, sampler_args)
     else:
-        transform = train_transform(data.dataset, cfg.train_augmentation)
+        transform = train_transform(data.dataset, cfg.train_augmentation, stage_view(cfg, pre_cfg))
         train_set = build_dataset(data, "train", transform)
         train = _loader(
             cfg,
@@ -315,7 +327,7 @@ def run(cfg: DictConfig, callbacks: Callbacks = ()) -> dict[str, Any]:
     if select(cfg, "data.sampler") is not None:  # a sampler given here: checked before the run
         fill_sampler_cfg(cfg.copy(), total_epochs=1)
     backbone, pre_cfg, out_dir = load_for_eval(cfg)
-    resolve(cfg, pre_cfg.data)
+    resolve(cfg, pre_cfg.data, pre_cfg)
     sampler = stage_sampler(cfg, pre_cfg.data)
     given = select(cfg, "data.sampler")
     keys = {} if given is None or isinstance(given, str) else OmegaConf.to_container(given)

@@ -22,7 +22,7 @@ from solo_ext.config import (
     world_size,
 )
 from solo_ext.data.transforms import normalize
-from solo_ext.eval.classifier_stage import init_classifier, published_train_transform
+from solo_ext.eval.classifier_stage import init_classifier, stage_train_transform
 from solo_ext.facts import facts
 from solo_ext.host import feature_dim
 
@@ -149,12 +149,14 @@ class FrozenBackboneClassifier(pl.LightningModule):
         return self.schedule.configure(self.fc.parameters())
 
 
-def train_transform(dataset: str, augmentation: str) -> Callable[[Any], Any]:
-    """The stage's training crops: ``published`` (:func:`published_train_transform`) or
-    ``solo-learn`` (``main_linear.py``'s: random resized crop 0.08-1, flip), at 224 px or the
-    stored size of 32 px datasets."""
-    if augmentation == "published":
-        return published_train_transform(dataset)
+def train_transform(
+    dataset: str, augmentation: str, run_view: DictConfig | None = None
+) -> Callable[[Any], Any]:
+    """The stage's training crops: ``pretrain`` (``run_view``, the run's query view) or
+    ``published`` (:func:`stage_train_transform`), or ``solo-learn`` (``main_linear.py``'s:
+    random resized crop 0.08-1, flip, at 224 px or the stored size of 32 px datasets)."""
+    if augmentation != "solo-learn":
+        return stage_train_transform(dataset, augmentation, run_view)
     size = facts(dataset).native_size or 224
     return T.Compose(
         [

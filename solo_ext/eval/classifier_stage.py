@@ -4,15 +4,18 @@ for both doors (solo-learn's ``main_linear.py`` through the bridge, and ``solo-e
 The published stage (DSCL's ``equal_lincls.py``): the pretrained backbone frozen but in
 ``train()`` mode (its BatchNorm running statistics follow the classifier stage's images, and are
 then used at test), the linear layer initialised N(0, 0.01) with a zero bias, trained on
-augmented crops (random resized crop, colour jitter (0.4, 0.4, 0.4, 0.1) p 0.8, grayscale p 0.2,
-Gaussian blur p 0.5, flip), with class-balanced sampling and SGD stepped down x0.1 at epochs 20
-and 30 of 40 (the configs carry the sampler and the schedule). Each part is a key:
+augmented crops made as its pretraining's query view (on ImageNet-LT: random resized crop,
+colour jitter (0.4, 0.4, 0.4, 0.1) p 0.8, grayscale p 0.2, Gaussian blur p 0.5, flip), with
+class-balanced sampling and SGD stepped down x0.1 at epochs 20 and 30 of 40 (the configs carry
+the sampler and the schedule). Each part is a key:
 
 - ``backbone_bn``: ``train`` (published) or ``eval`` (the usual frozen-BN linear probe);
 - ``classifier_init``: ``normal`` (N(0, 0.01), zero bias; published) or ``default`` (PyTorch's);
-- ``train_augmentation``: ``published`` (the crops above) or ``solo-learn`` (the loader's own:
-  solo-learn's random resized crop and flip in ``main_linear.py``; extracted features without
-  augmentation in ``solo-ext-linear``).
+- ``train_augmentation``: ``pretrain`` (the evaluated run's own query view: the first entry of
+  its ``augmentations``, from its ``args.json``; published), ``published`` (the official stage's
+  ImageNet-LT crops above, whatever the data, at the dataset's size) or ``solo-learn`` (the
+  loader's own: solo-learn's random resized crop and flip in ``main_linear.py``; extracted
+  features without augmentation in ``solo-ext-linear``).
 
 Unset, each follows the dataset: the published stage on long-tailed datasets (where the number
 is compared with the long-tail papers'), solo-learn's linear protocol on balanced ones (where it
@@ -28,7 +31,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
-from solo_ext.config import check_options, select
+from solo_ext.config import ConfigError, check_options, select
 from solo_ext.eval.options import CLASSIFIER_STAGE_OPTIONS
 from solo_ext.facts import facts
 
@@ -36,7 +39,7 @@ from solo_ext.facts import facts
 _BY_DATASET = {
     "backbone_bn": ("train", "eval"),
     "classifier_init": ("normal", "default"),
-    "train_augmentation": ("published", "solo-learn"),
+    "train_augmentation": ("pretrain", "solo-learn"),
 }
 PUBLISHED_STAGE = {key: values[0] for key, values in _BY_DATASET.items()}
 SOLO_LEARN_STAGE = {key: values[1] for key, values in _BY_DATASET.items()}
@@ -92,7 +95,7 @@ def fill_classifier_stage(cfg: DictConfig) -> DictConfig:
 
 def published_stage(cfg: DictConfig) -> bool:
     """Whether the classifier trains on images through the backbone (not on features once)."""
-    return cfg.backbone_bn == "train" or cfg.train_augmentation == "published"
+    return cfg.backbone_bn == "train" or cfg.train_augmentation != "solo-learn"
 
 
 def init_classifier(layer: nn.Linear, how: str) -> None:
@@ -129,10 +132,36 @@ def published_train_augmentation(dataset: str, crop_size: int | None = None) -> 
     )
 
 
-def train_augmentation_entry(dataset: str, augmentation: str) -> DictConfig:
-    """The stage's training crops as an ``augmentations`` entry (for the DALI graphs):
-    ``published`` (:func:`published_train_augmentation`), or ``solo-learn`` (random resized crop
-    0.08-1 and flip, no colour), at 224 px or the stored size of 32 px datasets."""
+def run_query_view(run_cfg: Any, where: str) -> DictConfig:
+    """The evaluated run's pretraining query view, as one crop: the first entry of its
+    ``augmentations`` (the first large crop's), from its config (``where``: its ``args.json``,
+    named in the one-line error when it has none)."""
+    augmentations = select(run_cfg, "augmentations") if OmegaConf.is_config(run_cfg) else None
+    if augmentations is None and isinstance(run_cfg, dict):
+        augmentations = run_cfg.get("augmentations")
+    if not augmentations or not isinstance(augmentations[0], (dict, DictConfig)):
+        raise ConfigError(
+            f"train_augmentation='pretrain': {where} has no augmentations to take the run's query "
+            "view from; set train_augmentation=published (the official stage's ImageNet-LT "
+            "crops) or solo-learn"
+        )
+    first = augmentations[0]
+    entry = OmegaConf.create(OmegaConf.to_container(first) if OmegaConf.is_config(first) else first)
+    entry.num_crops = 1
+    return entry
+
+
+def train_augmentation_entry(
+    dataset: str, augmentation: str, run_view: DictConfig | None = None
+) -> DictConfig:
+    """The stage's training crops as an ``augmentations`` entry: ``pretrain`` (``run_view``,
+    the run's query view: :func:`run_query_view`), ``published``
+    (:func:`published_train_augmentation`), or ``solo-learn`` (random resized crop 0.08-1 and
+    flip, no colour), at 224 px or the stored size of 32 px datasets."""
+    if augmentation == "pretrain":
+        if run_view is None:
+            raise ValueError("train_augmentation=pretrain needs the run's query view")
+        return run_view
     entry = published_train_augmentation(dataset)
     if augmentation != "published":
         off = {"prob": 0.0}
@@ -141,8 +170,13 @@ def train_augmentation_entry(dataset: str, augmentation: str) -> DictConfig:
     return entry
 
 
-def published_train_transform(dataset: str, crop_size: int | None = None) -> Callable[[Any], Any]:
-    """The published stage's training transform (PIL image -> normalised tensor)."""
+def stage_train_transform(
+    dataset: str, augmentation: str, run_view: DictConfig | None = None
+) -> Callable[[Any], Any]:
+    """The stage's training transform (PIL image -> normalised tensor) for ``pretrain`` (the
+    run's query view) or ``published``, built as pretraining builds a crop."""
     from solo_ext.data.transforms import build_augmentation
 
-    return build_augmentation(dataset, published_train_augmentation(dataset, crop_size))
+    if augmentation == "published":
+        return build_augmentation(dataset, published_train_augmentation(dataset))
+    return build_augmentation(dataset, train_augmentation_entry(dataset, augmentation, run_view))

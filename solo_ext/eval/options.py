@@ -24,7 +24,7 @@ CLASSIFIER_STAGE_OPTIONS: dict[str, Option] = conf_options(
         "backbone_bn": Option(IN_CONF, "str", choices=("train", "eval"), nullable=True),
         "classifier_init": Option(IN_CONF, "str", choices=("normal", "default"), nullable=True),
         "train_augmentation": Option(
-            IN_CONF, "str", choices=("published", "solo-learn"), nullable=True
+            IN_CONF, "str", choices=("pretrain", "published", "solo-learn"), nullable=True
         ),
     },
 )

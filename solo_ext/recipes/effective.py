@@ -231,12 +231,18 @@ class _Features(torch.nn.Module):
 
 
 def linear_effective_values(
-    cfg: DictConfig, keys: Iterable[str], door: str, width: int = 2048
+    cfg: DictConfig,
+    keys: Iterable[str],
+    door: str,
+    width: int = 2048,
+    run_view: DictConfig | None = None,
 ) -> dict[str, Any]:
     """The effective values of a linear (classifier stage) recipe ``cfg`` resolved by ``door``
     (``solo-ext-linear``: :func:`solo_ext.commands.linear.resolve`; ``main_linear.py``: solo-learn's
     ``parse_cfg`` through the bridge), the lr of each epoch from the door's own optimizer and
-    schedule (``solo_ext.commands.linear_stage.SGDSchedule``; solo-learn's ``LinearModel``)."""
+    schedule (``solo_ext.commands.linear_stage.SGDSchedule``; solo-learn's ``LinearModel``).
+    ``run_view``: the evaluated run's query view, which ``train_augmentation: pretrain`` trains
+    on in ``solo-ext-linear`` (``main_linear.py`` reads it from the run's ``args.json``)."""
     from solo_ext.eval.classifier_stage import train_augmentation_entry
 
     keys = list(keys)
@@ -273,7 +279,11 @@ def linear_effective_values(
     no_warmup = name in ("step", "none") or door == "solo-ext-linear"
     warmup = 0.0 if no_warmup else float(cfg.scheduler.warmup_epochs)
     augmentation = select(cfg, "train_augmentation")
-    entry = train_augmentation_entry(cfg.data.dataset, augmentation)
+    if door != "solo-ext-linear":
+        from solo_ext.solo_learn import parsed
+
+        run_view = parsed.RUN.stage_view if parsed.RUN is not None else None
+    entry = train_augmentation_entry(cfg.data.dataset, augmentation, run_view)
     run: dict[str, Any] = {
         "backbone": select(cfg, "backbone.name"),
         "precision": _PRECISION.get(str(select(cfg, "precision")), str(select(cfg, "precision"))),

@@ -45,6 +45,26 @@ def _same(given: Any, trained: Any) -> bool:
     return given == trained
 
 
+def read_run_config(checkpoint: str | os.PathLike[str]) -> dict[str, Any] | None:
+    """The ``args.json`` beside ``checkpoint`` (a pretraining run's config), or None when
+    there is none.
+
+    Raises:
+        ConfigError: ``args.json`` is there but is not a JSON object.
+    """
+    path = Path(checkpoint).parent / ARGS_JSON
+    if not path.is_file():
+        return None
+    try:
+        with open(path) as f:
+            saved = json.load(f)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ConfigError(f"{str(path)!r}: not a readable run config ({err})") from None
+    if not isinstance(saved, dict):
+        raise ConfigError(f"{str(path)!r}: not a run config (a JSON object)")
+    return saved
+
+
 def read_run_backbone(checkpoint: str | os.PathLike[str]) -> dict[str, Any] | None:
     """The ``backbone`` section of the ``args.json`` beside ``checkpoint``.
 
@@ -59,18 +79,12 @@ def read_run_backbone(checkpoint: str | os.PathLike[str]) -> dict[str, Any] | No
         ConfigError: ``args.json`` is there but is not a JSON object, or its ``backbone`` is
             not one.
     """
-    path = Path(checkpoint).parent / ARGS_JSON
-    if not path.is_file():
+    saved = read_run_config(checkpoint)
+    if saved is None:
         return None
-    try:
-        with open(path) as f:
-            saved = json.load(f)
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise ConfigError(f"{str(path)!r}: not a readable run config ({err})") from None
-    if not isinstance(saved, dict):
-        raise ConfigError(f"{str(path)!r}: not a run config (a JSON object)")
     backbone = saved.get("backbone") or {}
     if not isinstance(backbone, dict) or not isinstance(backbone.get("kwargs") or {}, dict):
+        path = Path(checkpoint).parent / ARGS_JSON
         raise ConfigError(f"{str(path)!r}: backbone={backbone!r} is not a backbone section")
     return backbone
 

@@ -128,6 +128,30 @@ def _check_solo_ext_keys(cfg: Any, module: ModuleType) -> dict[str, Any] | None:
     return sampler
 
 
+def _stage_view(cfg: Any) -> Any:
+    """main_linear.py's classifier stage with ``train_augmentation: pretrain``: the evaluated
+    run's query view, from the ``args.json`` beside its checkpoint (one line when there is
+    none); None for the other stages."""
+    from pathlib import Path
+
+    from solo_ext.config import ConfigError, select
+    from solo_ext.eval.classifier_stage import run_query_view
+    from solo_ext.runs.backbone import ARGS_JSON, read_run_config
+
+    if select(cfg, "train_augmentation") != "pretrain" or not _checkpoint_given(cfg):
+        return None  # (no checkpoint: solo-learn's parse_cfg stops on it)
+    checkpoint = str(cfg.pretrained_feature_extractor)
+    where = str(Path(checkpoint).parent / ARGS_JSON)
+    saved = read_run_config(checkpoint)
+    if saved is None:
+        raise ConfigError(
+            f"train_augmentation='pretrain': no {where} beside pretrained_feature_extractor="
+            f"{checkpoint!r} to take the run's query view from; set train_augmentation=published "
+            "(the official stage's ImageNet-LT crops) or solo-learn"
+        )
+    return run_query_view(saved, where)
+
+
 def _decoupled_stages(cfg: Any) -> None:
     """main_linear.py's ``classifier_stage`` and ``decoupled`` keys, checked (one line naming key
     and value) and, when a decoupled stage is named, filled with solo-ext-linear's defaults: the
@@ -223,6 +247,7 @@ def apply(module: ModuleType) -> None:
             k: OmegaConf.select(cfg, f"data.{k}") for k in ("many_threshold", "few_threshold")
         }
         sampler = _check_solo_ext_keys(cfg, module)
+        stage_view = _stage_view(cfg) if module.__name__.endswith("linear") else None
         dali_dataset = cfg.data.get("format") == "dali" and cfg.data.dataset in SOLO_EXT_ONLY
         if dali_dataset:  # solo-learn asserts that DALI reads one of its image-folder names
             cfg.data.format = "image_folder"
@@ -240,7 +265,7 @@ def apply(module: ModuleType) -> None:
             _solo_learn_crops(cfg)
             _scale_classifier_lr(cfg)
         fill_stem_option(cfg)
-        parsed.RUN = parsed.Run(cfg.data, sampler, cfg)
+        parsed.RUN = parsed.Run(cfg.data, sampler, cfg, stage_view=stage_view)
         if OmegaConf.select(cfg, "data.sampler") is not None:
             announce(f"training batches are drawn by the {sampler['name']!r} sampler")
         return cfg

@@ -51,10 +51,11 @@ def apply(module: ModuleType) -> None:
         else:
             solo_name = facts(dataset).solo_name
             train, val = prepare_transforms(solo_name) if solo_name else _eval_transforms(dataset)
-        if parsed.stage("train_augmentation") == "published":  # main_linear.py's classifier stage
-            from solo_ext.eval.classifier_stage import published_train_transform
+        augmentation = parsed.stage("train_augmentation")
+        if augmentation != "solo-learn":  # main_linear.py's classifier stage
+            from solo_ext.eval.classifier_stage import stage_train_transform
 
-            train = published_train_transform(dataset)
+            train = stage_train_transform(dataset, augmentation, parsed.RUN.stage_view)
         return train, val
 
     @functools.wraps(prepare_datasets)

@@ -64,11 +64,14 @@ def _dali_train_loader(datamodule: Any, transforms: Any, kind: str) -> Any:
 
 def _linear_dali_augmentation(dataset: str) -> Any:
     """main_linear.py's DALI training crops as an ``augmentations`` entry for solo-learn's
-    ``build_transform_pipeline_dali``: the published stage's, or solo-learn's own linear
-    pipeline's (random resized crop 0.08-1 and flip), at the dataset's size."""
+    ``build_transform_pipeline_dali``: the run's query view, the official stage's ImageNet-LT
+    crops, or solo-learn's own linear pipeline's (random resized crop 0.08-1 and flip), at the
+    dataset's size, as ``train_augmentation`` says."""
     from solo_ext.eval.classifier_stage import train_augmentation_entry
 
-    entry = train_augmentation_entry(dataset, parsed.stage("train_augmentation"))
+    augmentation = parsed.stage("train_augmentation")
+    view = parsed.RUN.stage_view if parsed.RUN is not None else None
+    entry = train_augmentation_entry(dataset, augmentation, view)
     return parsed.with_stats(dataset, entry)
 
 

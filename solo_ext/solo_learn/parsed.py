@@ -26,6 +26,8 @@ class Run:
     sampler: dict[str, Any] | None  # build_sampler arguments, None: solo-learn's shuffle
     cfg: Any = None  # the whole config (main_pretrain.py's; the method fills its keys in)
     loader: Any = None  # main_pretrain.py's training loader, when the bridge built it
+    # main_linear.py with train_augmentation: pretrain: the evaluated run's query view
+    stage_view: Any = None
 
 
 # a solo-ext method's draw in main_pretrain.py without data.sampler (solo-ext-pretrain's too)

@@ -35,9 +35,8 @@ DOORS="${DOORS-dscl pbsd}"
 EPOCHS="${EPOCHS:-5}"
 VAL_EVERY="${VAL_EVERY:-1}"
 PHASES="${PHASES:-pretrain linear}"
-# the classifier stages; the decoupled ones at 100 epochs (50 for LWS) of their batch of 512: their
-# default 10 are ImageNet-LT's 2,300 steps, here 50 on 2,478 images
-STAGES=("++classifier_stage=[balanced_linear,crt,logit_adjust]" "++decoupled.epochs=100")
+# the classifier stages (the linear recipe's budgets: scripts/linear/fashion-mnist-lt/dscl.yaml)
+STAGES=("++classifier_stage=[balanced_linear,crt,logit_adjust]")
 mkdir -p "$OUT/logs"
 
 timed() {  # label, command...: runs it with its log, appends "label seconds status" to times.tsv
