@@ -113,6 +113,26 @@ def test_knn_cli(pretrained_run, command):
     assert json.loads((pretrained_run / "metrics.json").read_text())["knn_k"] == 5
 
 
+def test_knn_cli_scores_several_k_on_the_same_features(pretrained_run, command):
+    """``k`` as a list: the first under ``knn_``, each further one under ``knn_k<k>_`` (keys
+    and per-class files), each what a run of that k alone reports."""
+    from solo_ext.commands.knn import main
+
+    def knn(k: str) -> dict:
+        argv = [f"pretrained_checkpoint_dir={pretrained_run}", f"k={k}"]
+        code, _, err = command(main, "solo-ext-knn", *argv, cwd=pretrained_run)
+        assert code == 0, err[-3000:]
+        return json.loads((pretrained_run / "metrics.json").read_text())
+
+    alone = {k: knn(str(k)) for k in (5, 3)}
+    both = knn("[5,3]")
+    assert (both["knn_k"], both["knn_k3_k"]) == (5, 3)
+    for group in ("acc1", "acc1_many", "acc1_medium", "acc1_few", "acc5"):
+        assert both[f"knn_{group}"] == alone[5][f"knn_{group}"]
+        assert both[f"knn_k3_{group}"] == alone[3][f"knn_{group}"]
+    assert (pretrained_run / "knn_k3_per_class.csv").is_file()
+
+
 def test_linear_cli_with_class_balanced_sampler(pretrained_run, command):
     from solo_ext.commands.linear import main
 

@@ -101,11 +101,35 @@ def check_accelerator(cfg: DictConfig) -> None:
             )
 
 
+@dataclass(frozen=True)
+class KList(Option):
+    """``k``: a neighbour count >= 1, or a list of distinct ones (as solo-learn's
+    ``main_knn.py`` takes several); the first is reported as ``knn_*``, each further one as
+    ``knn_k<k>_*``."""
+
+    def valid(self, value: Any) -> bool:
+        one = lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1  # noqa: E731
+        if isinstance(value, (list, tuple, ListConfig)):
+            return bool(value) and all(map(one, value)) and len(set(value)) == len(value)
+        return one(value)
+
+    def describe(self) -> str:
+        return "an integer >= 1 or a list of distinct ones"
+
+    def invalid_examples(self) -> list[Any]:
+        return [0, [], [10, 10], [10, 0], "ten"]
+
+
+def neighbour_counts(value: Any) -> list[int]:
+    """A checked ``k`` as a list (the reported one first)."""
+    return [int(v) for v in value] if isinstance(value, (list, tuple, ListConfig)) else [int(value)]
+
+
 # every key solo-ext-knn reads, declared once; the defaults are conf/knn.yaml's
 KNN_OPTIONS: dict[str, Option] = conf_options(
     "knn",
     {
-        "k": Option(IN_CONF, "int", 1),
+        "k": KList(IN_CONF, "list"),
         "temperature": Option(IN_CONF, "float", 0, low_open=True),
         "distance": Option(IN_CONF, "str", choices=DISTANCES),
         "accelerator": ACCELERATOR,

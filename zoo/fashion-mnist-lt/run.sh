@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Every run of a Fashion-MNIST-LT zoo page, in the order they were made: for each seed, each row's
-# pretraining (its final kNN included), then its classifier stages; then the two methods through
-# solo-learn's own main_pretrain.py and main_linear.py. Run from anywhere, with solo-ext
-# installed in an environment where solo-learn is importable (its own methods are rows of the
-# table) and SOLO_LEARN_DIR naming its checkout. A run that finished is skipped, so the script
+# pretraining (its final kNN included), then its classifier stages and its kNN at k 20 and 10;
+# then the two methods through solo-learn's own main_pretrain.py and main_linear.py. Run from
+# anywhere, with solo-ext installed in an environment where solo-learn is importable (its own
+# methods are rows of the table) and SOLO_LEARN_DIR naming its checkout. A run that finished is skipped, so the script
 # picks up where it stopped.
 #
 #   SOLO_LEARN_DIR=~/solo-learn zoo/fashion-mnist-lt/run.sh   # zoo/fashion-mnist-lt.md
@@ -96,6 +96,8 @@ for seed in $SEEDS; do
       timed "$row-seed$seed-linear" solo-ext-linear --config-name fashion-mnist-lt/dscl \
         "pretrained_feature_extractor='$(checkpoint "$dir")'" "${STAGES[@]}" seed="$seed" \
         data.train_path="$FM"
+      # the kNN again at the recipes' k 20 and at k 10, below the few classes' 10 and 16 images
+      timed "$row-seed$seed-knn" solo-ext-knn pretrained_checkpoint_dir="$dir" "k=[20,10]"
       touch "$where/done"
     fi
   done
