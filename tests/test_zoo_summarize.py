@@ -8,6 +8,9 @@ import json
 import math
 from pathlib import Path
 
+import pytest
+from scipy import stats
+
 ZOO = Path(__file__).resolve().parents[1] / "zoo" / "summarize.py"
 
 
@@ -161,9 +164,99 @@ def test_the_entry_points_table_reads_main_linears_last_epoch_and_sets_the_gap_b
     ]
     gaps = [line for line in lines if line.startswith("| `dscl` | ")][2:]
     # the standard error of the gap, sqrt(s1² / 2 + s2² / 2): s² is 8 and 18 for kNN, 8 and 8
-    se_knn, se_stage = math.sqrt(8 / 2 + 18 / 2), math.sqrt(8 / 2 + 8 / 2)
-    assert gaps == [
-        f"| `dscl` | kNN top-1 | 2.0 | {4 / root2:.1f} | {6 / root2:.1f} | {se_knn:.1f} |",
-        f"| `dscl` | `balanced_linear` top-1 | 7.0 | {4 / root2:.1f} | {4 / root2:.1f}"
-        f" | {se_stage:.1f} |",
-    ]
+    # for the stage; Welch's interval: gap ± t(0.975, df) se, df by Welch-Satterthwaite
+    want = []
+    for label, gap, v1, v2 in (("kNN top-1", -2.0, 8, 18), ("`balanced_linear` top-1", -7.0, 8, 8)):
+        se = math.sqrt(v1 / 2 + v2 / 2)
+        df = se**4 / ((v1 / 2) ** 2 + (v2 / 2) ** 2)
+        half = stats.t.ppf(0.975, df) * se
+        want.append(
+            f"| `dscl` | {label} | {gap:+.1f} | {math.sqrt(v1):.1f} | {math.sqrt(v2):.1f}"
+            f" | {se:.1f} | [{gap - half:+.1f}, {gap + half:+.1f}] |"
+        )
+    assert gaps == want
+
+
+def test_holm_adjusts_one_family_step_down():
+    holm = load().holm
+    # sorted 0.01, 0.03, 0.04: x3, x2, x1 -> 0.03, 0.06, 0.04, made non-decreasing: 0.06
+    assert holm([0.01, 0.04, 0.03]) == pytest.approx([0.03, 0.06, 0.06])
+    assert holm([0.5, 0.9]) == pytest.approx([1.0, 1.0])  # (at most 1)
+    assert holm([0.2]) == [0.2]
+
+
+def test_welch_and_paired_tests_as_worked_by_hand():
+    summarize = load()
+    a, b = [60.0, 62.0, 67.0], [55.0, 56.0, 54.0]
+    va, vb = (sum((x - sum(v) / 3) ** 2 for x in v) / 2 for v in (a, b))  # 13, 1
+    se = math.sqrt(va / 3 + vb / 3)
+    df = se**4 / ((va / 3) ** 2 / 2 + (vb / 3) ** 2 / 2)
+    gap = sum(a) / 3 - sum(b) / 3
+    got = summarize.welch(a, b)
+    assert got["gap"] == pytest.approx(gap) and got["se"] == pytest.approx(se)
+    assert got["df"] == pytest.approx(df) and got["t"] == pytest.approx(gap / se)
+    assert got["p"] == pytest.approx(2 * stats.t.sf(gap / se, df))
+    half = stats.t.ppf(0.975, df) * se
+    assert (got["low"], got["high"]) == pytest.approx((gap - half, gap + half))
+    # paired: the differences 5, 6, 13 (mean 8, sd sqrt(19)), 2 degrees of freedom
+    got = summarize.paired(a, b)
+    se = math.sqrt(19 / 3)
+    assert (got["gap"], got["se"], got["df"]) == pytest.approx((8.0, se, 2.0))
+    assert got["p"] == pytest.approx(2 * stats.t.sf(8 / se, 2))
+    half = stats.t.ppf(0.975, 2) * se
+    assert (got["low"], got["high"]) == pytest.approx((8 - half, 8 + half))
+
+
+def write_study(root: Path) -> None:
+    """A study's layout: <row>/seed<N>/.../metrics.json, two rows of one method."""
+    values = {"pbsd": [50.0, 52.0, 51.0], "pbsd-w0": [55.0, 58.0, 54.0], "dscl": [53.0, 52.0, 57.0]}
+    for row, tops in values.items():
+        for seed, top in enumerate(tops):
+            run = root / row / f"seed{seed}" / "trained_models" / row.split("-")[0] / "0"
+            run.mkdir(parents=True)
+            (run / "args.json").write_text(json.dumps({"method": row.split("-")[0], "seed": seed}))
+            metrics = {"knn_acc1": top, "knn_k10_acc1": top - 1, **stage_metrics("linear_", top)}
+            metrics.update({f"knn_{k}": 0.0 for k in ("acc1_many", "acc1_medium", "acc1_few")})
+            metrics.update({f"knn_k10_{k}": 0.0 for k in ("acc1_many", "acc1_medium", "acc1_few")})
+            (run / "metrics.json").write_text(json.dumps(metrics))
+
+
+def test_the_per_seed_file_rebuilds_the_tables_and_rows_go_by_folder(tmp_path):
+    summarize = load()
+    write_study(tmp_path / "runs")
+    runs = summarize.collect(tmp_path / "runs", by="folder")
+    assert sorted(runs) == ["dscl", "pbsd", "pbsd-w0"]  # (by method: two rows, not three)
+    assert sorted(summarize.collect(tmp_path / "runs")) == ["dscl", "pbsd"]
+    summarize.write_seeds(runs, tmp_path / "seeds.csv")
+    again = summarize.read_seeds(tmp_path / "seeds.csv")
+    assert summarize.table(again) == summarize.table(runs)
+    assert summarize.stage_table(again) == summarize.stage_table(runs)
+    assert "kNN k 10 top-1" in summarize.table(runs)
+    comparisons = [("pbsd", "dscl", False), ("pbsd-w0", "pbsd", True)]
+    assert summarize.significance_table(again, comparisons) == summarize.significance_table(
+        runs, comparisons
+    )
+
+
+def test_the_significance_table_corrects_each_metric_over_its_comparisons(tmp_path):
+    summarize = load()
+    write_study(tmp_path)
+    runs = summarize.collect(tmp_path, by="folder")
+    comparisons = [("pbsd", "dscl", False), ("pbsd-w0", "pbsd", True)]
+    lines = summarize.significance_table(runs, comparisons).splitlines()
+    knn = [line for line in lines if line.startswith("| kNN top-1 |")]
+    welch = summarize.welch([50.0, 52.0, 51.0], [53.0, 52.0, 57.0])
+    pair = summarize.paired([55.0, 58.0, 54.0], [50.0, 52.0, 51.0])
+    adjusted = summarize.holm([welch["p"], pair["p"]])
+    assert knn[0].split("|")[2:4] == [" `pbsd` - `dscl` ", " 3 / 3 "]
+    assert knn[0].split("|")[9].strip() == f"{adjusted[0]:.3f}"
+    assert knn[1].split("|")[2:4] == [" `pbsd-w0` - `pbsd` (paired) ", " 3 paired "]
+    assert knn[1].split("|")[4].strip() == f"{pair['gap']:+.1f}"
+    assert knn[1].split("|")[9].strip() == f"{adjusted[1]:.3f}"
+    # a direction is read only below 0.05 after the correction
+    for line, p in zip(knn, adjusted):
+        verdict = line.split("|")[10].strip()
+        assert (verdict == "not separated at this number of seeds") == (p >= 0.05)
+    # a metric no run has is left out; one every row has is there for each comparison
+    assert not [line for line in lines if line.startswith("| crt |")]
+    assert len([line for line in lines if line.startswith("| balanced_linear |")]) == 2

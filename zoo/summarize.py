@@ -11,7 +11,15 @@ stage, then the same per seed (``--plot`` then draws top-1 and few-shot per stag
 method's runs, one folder per seed, through ``solo-ext-*`` or through solo-learn's
 ``main_pretrain.py`` and ``main_linear.py`` (whose CSV log, ``lightning_logs/*/metrics.csv`` in the
 seed's folder, gives DSCL's stage at its last epoch); then each method's gap between the two, the
-seeds' spread of each and the standard error of the gap.
+seeds' spread of each, the standard error of the gap and its 95 % confidence interval.
+
+``--by folder`` names each row by the folder below the root that holds its runs (a study's rows
+that share a method: PBSD's ablations) instead of by its method. ``--csv FILE`` also writes every
+run's values, one line per row and seed; ``--from-csv FILE`` makes the tables from such a file
+instead of from runs. ``--compare A:B`` (repeated) adds a significance table: for each reported
+metric, the gap of A's mean over B's with its 95 % confidence interval, Welch's t-test and its p
+corrected by Holm's method over the comparisons; ``--paired A:B`` compares the two rows seed by
+seed instead (a paired t-test: two rows trained alike from the same seeds).
 """
 
 from __future__ import annotations
@@ -28,6 +36,9 @@ from solo_ext.runs.environment import summary
 
 KEYS = ("knn_acc1", "knn_acc1_many", "knn_acc1_medium", "knn_acc1_few")
 HEADERS = ("kNN top-1", "many", "medium", "few")
+# the kNN at k 10 (solo-ext-knn "k=[20,10]"): below the few classes' training images
+K10_KEYS = ("knn_k10_acc1", "knn_k10_acc1_many", "knn_k10_acc1_medium", "knn_k10_acc1_few")
+K10_HEADERS = ("kNN k 10 top-1", "k 10 many", "k 10 medium", "k 10 few")
 DENSE_KEYS = ("dense_miou", "dense_pixel_acc")
 DENSE_HEADERS = ("dense mIoU", "pixel acc")
 # a one-stage method's reported classifier (PaCo, GPaCo, BCL): its head, trained with the loss
@@ -42,12 +53,28 @@ STAGES = {
     "logit_adjust": "linear_logit_adjust_",
 }
 GROUPS = ("acc1", "acc1_many", "acc1_medium", "acc1_few")
+# a run's values that the per-seed file keeps (the tables read nothing else)
+SEED_KEYS = (
+    KEYS + K10_KEYS + HEAD_KEYS + DENSE_KEYS
+    + tuple(p + g for p in STAGES.values() for g in GROUPS)
+    + ("linear_tau_norm_tau", "linear_logit_adjust_tau")
+)  # fmt: skip
+# the metrics a significance table compares (their overall top-1)
+COMPARED = {
+    "kNN top-1": "knn_acc1",
+    "kNN k 10 top-1": "knn_k10_acc1",
+    "balanced_linear": "linear_acc1",
+    "crt": "linear_crt_acc1",
+    "logit_adjust": "linear_logit_adjust_acc1",
+}
 
 
-def collect(*roots: Path) -> dict[str, list[dict]]:
-    """Runs grouped by method (and DenseCL's lambda, which makes its baseline)."""
+def collect(*roots: Path, by: str = "method") -> dict[str, list[dict]]:
+    """Runs grouped by method (and DenseCL's lambda, which makes its baseline), or with
+    ``by="folder"`` by the folder below the root that holds them."""
     runs: dict[str, list[dict]] = defaultdict(list)
-    for metrics_path in sorted(p for root in roots for p in root.rglob("metrics.json")):
+    found = [(root, p) for root in roots for p in sorted(root.rglob("metrics.json"))]
+    for root, metrics_path in found:
         args = json.loads((metrics_path.parent / "args.json").read_text())
         metrics = json.loads(metrics_path.read_text())
         name = args["method"]
@@ -60,6 +87,8 @@ def collect(*roots: Path) -> dict[str, list[dict]]:
             name += f" (k {kwargs['k']})"
         if str(args.get("name", "")).startswith("untrained"):  # the floor: no training
             name = "untrained"
+        if by == "folder":
+            name = metrics_path.relative_to(root).parts[0]
         env = summary(args.get("environment")) or "not recorded"
         dataset = args.get("data", {}).get("dataset")
         runs[name].append({"seed": args.get("seed"), "environment": env, "dataset": dataset})
@@ -78,9 +107,119 @@ def environments(runs: dict[str, list[dict]]) -> str:
     return "\n".join(f"Runs made on: {env} ({n} runs)" for env, n in sorted(counts.items()))
 
 
+def write_seeds(runs: dict[str, list[dict]], path: Path) -> None:
+    """Every run's values (:data:`SEED_KEYS` it has), one line per row and seed, with the
+    environment it ran in: the file the tables can be made from again (:func:`read_seeds`)."""
+    keys = [k for k in SEED_KEYS if any(k in r for items in runs.values() for r in items)]
+    with open(path, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["row", "seed", *keys, "environment"])
+        for row, items in runs.items():
+            for r in items:
+                values = ["" if r.get(k) is None else f"{r[k]:.4f}".rstrip("0").rstrip(".")
+                          for k in keys]  # fmt: skip
+                writer.writerow([row, r["seed"], *values, r["environment"]])
+
+
+def read_seeds(path: Path) -> dict[str, list[dict]]:
+    """The runs of a file :func:`write_seeds` wrote, as :func:`collect` gives them."""
+    runs: dict[str, list[dict]] = defaultdict(list)
+    with open(path, newline="") as f:
+        for line in csv.DictReader(f):
+            row, seed, env = line.pop("row"), line.pop("seed"), line.pop("environment")
+            run = {"seed": int(seed) if seed.lstrip("-").isdigit() else seed, "environment": env}
+            run.update({k: float(v) for k, v in line.items() if v != ""})
+            runs[row].append(run)
+    return dict(runs)
+
+
+def welch(a: list[float], b: list[float]) -> dict[str, float]:
+    """Welch's t-test of mean(a) - mean(b) (two-sided): the gap, its standard error
+    sqrt(s_a²/n_a + s_b²/n_b), the Welch-Satterthwaite degrees of freedom, t, p and the 95 %
+    confidence interval of the gap."""
+    from scipy import stats
+
+    result = stats.ttest_ind(a, b, equal_var=False)
+    low, high = result.confidence_interval(0.95)
+    gap = statistics.mean(a) - statistics.mean(b)
+    se = math.sqrt(statistics.variance(a) / len(a) + statistics.variance(b) / len(b))
+    return {"gap": gap, "se": se, "df": float(result.df), "t": float(result.statistic),
+            "p": float(result.pvalue), "low": float(low), "high": float(high)}  # fmt: skip
+
+
+def paired(a: list[float], b: list[float]) -> dict[str, float]:
+    """The paired t-test of a - b, seed by seed (two-sided): as :func:`welch`, on the
+    differences (n - 1 degrees of freedom)."""
+    from scipy import stats
+
+    result = stats.ttest_rel(a, b)
+    low, high = result.confidence_interval(0.95)
+    d = [x - y for x, y in zip(a, b)]
+    return {"gap": statistics.mean(d), "se": statistics.stdev(d) / math.sqrt(len(d)),
+            "df": float(result.df), "t": float(result.statistic), "p": float(result.pvalue),
+            "low": float(low), "high": float(high)}  # fmt: skip
+
+
+def holm(ps: list[float]) -> list[float]:
+    """Holm's step-down adjustment of the p-values of one family of tests: the i-th smallest
+    p times (m - i + 1) (i from 1), made non-decreasing in that order, at most 1."""
+    order = sorted(range(len(ps)), key=lambda i: ps[i])
+    adjusted, running = [0.0] * len(ps), 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (len(ps) - rank) * ps[i]))
+        adjusted[i] = running
+    return adjusted
+
+
+def reading(a: str, b: str, test: dict[str, float], p: float) -> str:
+    """What a test says, in words: a direction only where Holm's p is below 0.05."""
+    if p < 0.05:
+        return f"{a} {'>' if test['gap'] > 0 else '<'} {b}"
+    return "not separated at this number of seeds"
+
+
+def significance_table(
+    runs: dict[str, list[dict]], comparisons: list[tuple[str, str, bool]]
+) -> str:
+    """For each metric of :data:`COMPARED` the runs have: each comparison (A, B, paired) as the
+    gap of A over B with its 95 % confidence interval, t, its degrees of freedom, p, and p
+    adjusted by Holm's method over the comparisons of that metric (one family per metric)."""
+    lines = [
+        "| metric | A - B | seeds | gap | 95 % CI | t | df | p | p (Holm) | reading |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for label, key in COMPARED.items():
+        rows = []
+        for a, b, is_paired in comparisons:
+            va = {r["seed"]: r[key] for r in runs.get(a, []) if r.get(key) is not None}
+            vb = {r["seed"]: r[key] for r in runs.get(b, []) if r.get(key) is not None}
+            if is_paired:
+                seeds = sorted(set(va) & set(vb), key=str)
+                if len(seeds) < 2:
+                    continue
+                test = paired([va[x] for x in seeds], [vb[x] for x in seeds])
+                n = f"{len(seeds)} paired"
+            else:
+                if len(va) < 2 or len(vb) < 2:
+                    continue
+                test = welch(list(va.values()), list(vb.values()))
+                n = f"{len(va)} / {len(vb)}"
+            rows.append((a, b, is_paired, n, test))
+        for (a, b, is_paired, n, test), p in zip(rows, holm([t["p"] for *_, t in rows])):
+            sign = " (paired)" if is_paired else ""
+            lines.append(
+                f"| {label} | `{a}` - `{b}`{sign} | {n} | {test['gap']:+.1f} | "
+                f"[{test['low']:+.1f}, {test['high']:+.1f}] | {test['t']:.2f} | {test['df']:.1f} | "
+                f"{test['p']:.3f} | {p:.3f} | {reading(a, b, test, p)} |"
+            )
+    return "\n".join(lines)
+
+
 def table(runs: dict[str, list[dict]]) -> str:
     found = {k for items in runs.values() for r in items for k in r}
     keys, headers = KEYS, HEADERS
+    if K10_KEYS[0] in found:
+        keys, headers = keys + K10_KEYS, headers + K10_HEADERS
     if DENSE_KEYS[0] in found:
         keys, headers = keys + DENSE_KEYS, headers + DENSE_HEADERS
     if HEAD_KEYS[0] in found:
@@ -272,8 +411,8 @@ def entry_point_table(roots: list[Path]) -> str:
     lines += [
         "",
         "| method | metric | gap of the means | std through `solo-ext-*` | std through solo-learn's"
-        " scripts | standard error of the gap |",
-        "|---|---|---|---|---|---|",
+        " scripts | standard error of the gap | 95 % CI of the gap |",
+        "|---|---|---|---|---|---|---|",
     ]
     for method, pair in by_method.items():
         entries = dict(pair)
@@ -283,17 +422,22 @@ def entry_point_table(roots: list[Path]) -> str:
             (KEYS[0], "kNN top-1"),
             (STAGES["balanced_linear"] + "acc1", "`balanced_linear` top-1"),
         ):
-            cells = []
+            cells, samples = [], []
             for entry in ("`solo-ext-*`", "solo-learn's scripts"):
                 values = [r[key] for r in entries[entry]]
+                samples.append(values)
                 cells.append(mean_and_std(values) + (len(values),))
-            gap = abs(cells[0][0] - cells[1][0])
+            gap = cells[0][0] - cells[1][0]  # solo-ext-* minus solo-learn's scripts
             # one seed has no spread to compare the gap with
             spreads = [f"{s:.1f}" if n > 1 else "n/a (one seed)" for _, s, n in cells]
-            # the standard error of a difference of two independent means: sqrt(s1²/n1 + s2²/n2)
-            error = math.sqrt(sum(s**2 / n for _, s, n in cells))
-            spreads.append(f"{error:.1f}" if min(n for *_, n in cells) > 1 else "n/a")
-            lines.append(f"| `{method}` | {label} | {gap:.1f} | " + " | ".join(spreads) + " |")
+            if min(n for *_, n in cells) > 1:
+                # the standard error of a difference of two independent means: sqrt(s1²/n1 +
+                # s2²/n2), and Welch's confidence interval of the gap
+                test = welch(*samples)
+                spreads += [f"{test['se']:.1f}", f"[{test['low']:+.1f}, {test['high']:+.1f}]"]
+            else:
+                spreads += ["n/a", "n/a"]
+            lines.append(f"| `{method}` | {label} | {gap:+.1f} | " + " | ".join(spreads) + " |")
     return "\n".join(lines)
 
 
@@ -317,8 +461,15 @@ def plot(runs: dict[str, list[dict]], path: Path, dataset: str = "synthetic_lt")
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("roots", type=Path, nargs="+")
+    p.add_argument("roots", type=Path, nargs="*")
     p.add_argument("--plot", type=Path)
+    p.add_argument(
+        "--by", choices=("method", "folder"), default="method", help="how rows are named"
+    )
+    p.add_argument("--csv", type=Path, help="also write every run's values to this file")
+    p.add_argument("--from-csv", type=Path, help="the runs' values from such a file")
+    p.add_argument("--compare", action="append", default=[], metavar="A:B", help="Welch's t")
+    p.add_argument("--paired", action="append", default=[], metavar="A:B", help="paired t")
     p.add_argument("--stages", action="store_true", help="the classifier stages' table")
     p.add_argument(
         "--entry-points",
@@ -329,7 +480,16 @@ def main() -> None:
     if args.entry_points:
         print(entry_point_table(args.roots))
         return
-    runs = collect(*args.roots)
+    if (args.from_csv is None) == (not args.roots):
+        p.error("give run directories or --from-csv (one of the two)")
+    runs = read_seeds(args.from_csv) if args.from_csv else collect(*args.roots, by=args.by)
+    if args.csv:
+        write_seeds(runs, args.csv)
+    comparisons = [(*c.split(":", 1), False) for c in args.compare]
+    comparisons += [(*c.split(":", 1), True) for c in args.paired]
+    if comparisons:
+        print(significance_table(runs, comparisons))
+        print()
     if args.stages:
         print(stage_table(runs))
         print()
