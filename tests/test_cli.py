@@ -366,7 +366,7 @@ def test_help_cfg_job_and_a_refused_value_answer_before_the_training_stack(tmp_p
         "solo-ext-pretrain: error: optimizer.lr=-1: must be a number > 0",
         "solo-ext-pretrain: error: max_epochs=0: must be an integer >= 1",
         "solo-ext-pretrain: error: optimizer.lr is missing from the config",
-        "solo-ext-knn: error: k=0: must be an integer >= 1",
+        "solo-ext-knn: error: k=0: must be an integer >= 1 or a list of distinct ones",
         "solo-ext-linear: error: scheduler.lr_decay_steps=[3, 2]: must be a list of increasing "
         "epochs >= 1 (or null)",
         "solo-ext-linear: error: scheduler.lr_decay_steps is missing (scheduler.name='step' "

@@ -98,8 +98,10 @@ def resolve_linear(door: str, name: str, root: Path, pretrained: str | None = No
         pytest.skip("main_linear.py's parse_cfg needs the real solo-learn importable")
     from solo.args.linear import parse_cfg as solo_parse_cfg
 
+    from solo_ext.solo_learn import parsed
+
     register()
-    return solo_parse_cfg(cfg), None
+    return solo_parse_cfg(cfg), parsed.RUN.stage_view
 
 
 @pytest.mark.parametrize("door", ["solo-ext-linear", "main_linear.py"])
@@ -124,12 +126,9 @@ def test_imagenet_lt_stage_trains_on_the_published_crops(door, method, tmp_path)
     run (the fixed ``published`` one)."""
     from solo_ext.eval.classifier_stage import published_train_augmentation, stage_train_transform
     from solo_ext.recipes.effective import _views
-    from solo_ext.solo_learn import parsed
 
     cfg, view = resolve_linear(door, "imagenet-lt/dscl", tmp_path, f"imagenet-lt/{method}")
     assert cfg.train_augmentation == "pretrain"
-    if door == "main_linear.py":
-        view = parsed.RUN.stage_view
     fixed = published_train_augmentation("imagenet_lt")
     assert _views(OmegaConf.create({"augmentations": [view]})) == _views(
         OmegaConf.create({"augmentations": [fixed]})

@@ -242,7 +242,7 @@ def linear_effective_values(
     ``parse_cfg`` through the bridge), the lr of each epoch from the door's own optimizer and
     schedule (``solo_ext.commands.linear_stage.SGDSchedule``; solo-learn's ``LinearModel``).
     ``run_view``: the evaluated run's query view, which ``train_augmentation: pretrain`` trains
-    on in ``solo-ext-linear`` (``main_linear.py`` reads it from the run's ``args.json``)."""
+    on (each door reads it from the run's ``args.json``)."""
     from solo_ext.eval.classifier_stage import train_augmentation_entry
 
     keys = list(keys)
@@ -279,10 +279,6 @@ def linear_effective_values(
     no_warmup = name in ("step", "none") or door == "solo-ext-linear"
     warmup = 0.0 if no_warmup else float(cfg.scheduler.warmup_epochs)
     augmentation = select(cfg, "train_augmentation")
-    if door != "solo-ext-linear":
-        from solo_ext.solo_learn import parsed
-
-        run_view = parsed.RUN.stage_view if parsed.RUN is not None else None
     entry = train_augmentation_entry(cfg.data.dataset, augmentation, run_view)
     run: dict[str, Any] = {
         "backbone": select(cfg, "backbone.name"),
