@@ -80,8 +80,7 @@ def check(door: str, name: str, run_id: str, root: Path, overrides: list[str] = 
 def resolve_linear(door: str, name: str, root: Path, pretrained: str | None = None):
     """A linear recipe as the door resolves it, for a checkpoint file (an empty stand-in) with
     the ``args.json`` of the pretraining recipe ``pretrained`` (default: the same name) beside
-    it; with the run's query view the stage takes in ``solo-ext-linear`` (None in
-    ``main_linear.py``, which reads it from the ``args.json`` itself)."""
+    it; with the run's query view the stage takes, as the door read it from that file."""
     raw = compose_config("linear", name)
     run = resolve("solo-ext-pretrain", pretrained or name, root)
     (root / "args.json").write_text(json.dumps(OmegaConf.to_container(run, resolve=True)))
