@@ -740,8 +740,8 @@ def test_a_solo_ext_method_crops_as_published_in_main_pretrain(tmp_path):
 
 @pytest.mark.parametrize("bn", ["train", "eval"])
 def test_main_linears_classifier_stage_updates_the_backbones_batchnorm(bn, pretrained, tmp_path):
-    """The long-tailed linear config's default (the published stage): the frozen backbone's
-    BatchNorm statistics follow the stage's images and are saved with the linear model;
+    """The long-tailed linear config's default (DSCL's stage on the run's own view): the frozen
+    backbone's BatchNorm statistics follow the stage's images and are saved with the linear model;
     ``backbone_bn=eval`` (the usual probe) leaves them as pretrained."""
     import torch
 
@@ -758,7 +758,7 @@ def test_main_linears_classifier_stage_updates_the_backbones_batchnorm(bn, pretr
     ok(solo("main_linear.py", args, tmp_path))
     (linear_ckpt,) = (tmp_path / "trained_models" / "linear").rglob("*.ckpt")
     saved = json.loads(next(linear_ckpt.parent.glob("args.json")).read_text())
-    assert saved["backbone_bn"] == bn and saved["train_augmentation"] == "published"
+    assert saved["backbone_bn"] == bn and saved["train_augmentation"] == "pretrain"
     key = "backbone.bn1.running_mean"
     before = torch.load(ckpt, map_location="cpu", weights_only=False)["state_dict"][key]
     after = torch.load(linear_ckpt, map_location="cpu", weights_only=False)["state_dict"][key]

@@ -260,3 +260,22 @@ def test_the_significance_table_corrects_each_metric_over_its_comparisons(tmp_pa
     # a metric no run has is left out; one every row has is there for each comparison
     assert not [line for line in lines if line.startswith("| crt |")]
     assert len([line for line in lines if line.startswith("| balanced_linear |")]) == 2
+
+
+def test_a_comparison_short_of_seeds_is_listed_untested_and_counts_in_its_family(tmp_path):
+    summarize = load()
+    write_study(tmp_path)
+    runs = summarize.collect(tmp_path, by="folder")
+    runs["pbsd-16px"] = runs["pbsd-w0"][:1]  # one seed: no test
+    comparisons = [("pbsd", "dscl", False), ("pbsd-16px", "pbsd", False)]
+    knn = [
+        line
+        for line in summarize.significance_table(runs, comparisons).splitlines()
+        if line.startswith("| kNN top-1 |")
+    ]
+    welch = summarize.welch([50.0, 52.0, 51.0], [53.0, 52.0, 57.0])
+    # Holm over both comparisons asked for: the tested one's p doubled (the other counts as 1)
+    assert knn[0].split("|")[9].strip() == f"{min(1.0, 2 * welch['p']):.3f}"
+    cells = [c.strip() for c in knn[1].split("|")[2:11]]
+    assert cells[:2] == ["`pbsd-16px` - `pbsd`", "1 / 3"]
+    assert cells[2:8] == ["n/a"] * 6 and cells[8].startswith("not tested")

@@ -183,7 +183,9 @@ def significance_table(
 ) -> str:
     """For each metric of :data:`COMPARED` the runs have: each comparison (A, B, paired) as the
     gap of A over B with its 95 % confidence interval, t, its degrees of freedom, p, and p
-    adjusted by Holm's method over the comparisons of that metric (one family per metric)."""
+    adjusted by Holm's method over the comparisons of that metric (one family per metric). A
+    comparison with under two seeds a side (two pairs) is listed as not tested and still counts
+    in its family, as a p of 1: the correction is over every comparison asked for."""
     lines = [
         "| metric | A - B | seeds | gap | 95 % CI | t | df | p | p (Holm) | reading |",
         "|---|---|---|---|---|---|---|---|---|---|",
@@ -193,20 +195,30 @@ def significance_table(
         for a, b, is_paired in comparisons:
             va = {r["seed"]: r[key] for r in runs.get(a, []) if r.get(key) is not None}
             vb = {r["seed"]: r[key] for r in runs.get(b, []) if r.get(key) is not None}
+            test = None
             if is_paired:
                 seeds = sorted(set(va) & set(vb), key=str)
-                if len(seeds) < 2:
-                    continue
-                test = paired([va[x] for x in seeds], [vb[x] for x in seeds])
+                if len(seeds) >= 2:
+                    test = paired([va[x] for x in seeds], [vb[x] for x in seeds])
                 n = f"{len(seeds)} paired"
             else:
-                if len(va) < 2 or len(vb) < 2:
-                    continue
-                test = welch(list(va.values()), list(vb.values()))
+                if len(va) >= 2 and len(vb) >= 2:
+                    test = welch(list(va.values()), list(vb.values()))
                 n = f"{len(va)} / {len(vb)}"
             rows.append((a, b, is_paired, n, test))
-        for (a, b, is_paired, n, test), p in zip(rows, holm([t["p"] for *_, t in rows])):
+        if all(test is None for *_, test in rows) and not any(
+            r.get(key) is not None for items in runs.values() for r in items
+        ):
+            continue  # a metric no run has
+        ps = [1.0 if test is None else test["p"] for *_, test in rows]
+        for (a, b, is_paired, n, test), p in zip(rows, holm(ps)):
             sign = " (paired)" if is_paired else ""
+            if test is None:
+                lines.append(
+                    f"| {label} | `{a}` - `{b}`{sign} | {n} | n/a | n/a | n/a | n/a | n/a | n/a | "
+                    "not tested: under two seeds a side |"
+                )
+                continue
             lines.append(
                 f"| {label} | `{a}` - `{b}`{sign} | {n} | {test['gap']:+.1f} | "
                 f"[{test['low']:+.1f}, {test['high']:+.1f}] | {test['t']:.2f} | {test['df']:.1f} | "
