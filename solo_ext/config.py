@@ -63,28 +63,11 @@ def check_choice(key: str, value: Any, choices: Iterable[str]) -> None:
         raise ConfigError(f"{key}={value!r}: not one of {choices}{hint}")
 
 
-def check_bool(key: str, value: Any) -> None:
-    Option(None, "bool").check(key, value)
-
-
 def require(cfg: DictConfig, *keys: str) -> None:
     """Raises for the first key that is missing (absent, null or ``???``)."""
     for key in keys:
         if OmegaConf.select(cfg, key, default=None) is None:
             raise MissingKeyError(key)
-
-
-def check_range(
-    key: str,
-    value: Any,
-    low: float | None = None,
-    high: float | None = None,
-    low_open: bool = False,
-    high_open: bool = False,
-) -> None:
-    """Checks ``low <= value <= high`` (strict with ``low_open`` / ``high_open``): an
-    undeclared number, checked as a declared one is."""
-    Option(None, "float", low, high, low_open, high_open).check(key, value)
 
 
 @dataclass(frozen=True)
