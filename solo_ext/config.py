@@ -157,34 +157,6 @@ class Option:
             hint = did_you_mean(value, self.choices) if isinstance(value, str) else ""
             raise ConfigError(f"{key}={shown!r}: must be {self.describe()}{hint}")
 
-    def invalid_examples(self) -> list[Any]:
-        """Values just outside this option (the bad-input tests try each)."""
-        if self.kind == "bool":
-            return ["yes", 1]
-        if self.kind == "text":
-            return [True]
-        if self.kind == "devices":
-            return [-2, "0,x", [0, -1], True]
-        if self.kind == "str":
-            return [f"{self.choices[0]}_typo"]
-        below = None if self.low is None else (self.low if self.low_open else self.low - 1)
-        above = None if self.high is None else (self.high if self.high_open else self.high + 1)
-        outside = [v for v in (below, above) if v is not None]
-        word = f"{self.choices[0]}_typo" if self.choices else "many"
-        if self.kind == "pair":
-            low = 0.0 if self.low is None else self.low
-            a, b = (
-                (low + (self.high - low) / 4, low + 3 * (self.high - low) / 4)
-                if self.high is not None
-                else (low + 0.5, low + 2.0)
-            )
-            out = [word, [a], [b, a]] + [[v, b] if v == below else [a, v] for v in outside]
-        else:
-            out = [word, *outside]
-            if self.kind == "int":
-                out.append((self.low or 0) + 1.5)
-        return [v for v in out if not self.valid(v)]  # (null in a config means the default)
-
 
 def shown(value: Any) -> str:
     """A default as a config file writes it (``true``, ``0.07``, ``[0.05, 0.6]``, `random`)."""
@@ -244,7 +216,7 @@ CROP_OPTIONS: dict[str, Option] = {
     "data.num_small_crops": Option(0, "int", 0),
 }
 
-# the run's keys whose defaults the modules under the commands read too (the bridge, the
+# the run's keys whose defaults the modules under the commands read too (the patches, the
 # resumer, the embedded host), declared here once; solo-ext-pretrain's RUN_OPTIONS takes them
 # in. The defaults are solo-learn's.
 CORE_RUN_OPTIONS: dict[str, Option] = {

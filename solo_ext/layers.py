@@ -44,9 +44,10 @@ LAYERS: tuple[tuple[str, tuple[str, ...], tuple[str, ...], str], ...] = (
     ),
     (
         "host",
-        ("host",),
+        ("host", "solo_learn.backbones"),
         ("bottom", "facts", "config"),
-        "host/ (solo-learn when importable, else standalone/)",
+        "host/ (solo-learn when importable, else standalone/), solo_learn/backbones.py (the "
+        "patch of solo-learn's backbone table that the host applies)",
     ),
     (
         "methods",
@@ -70,9 +71,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...], tuple[str, ...], str], ...] = (
         "commands",
         ("",),
         ("bottom", "facts", "config", "data", "eval", "run_backbone", "host", "methods", "runs"),
-        "commands/ (the console commands and their entry plumbing), leaderboard/, "
-        "recipes/, and the python -m forms (pretrain.py knn.py linear.py make_lt.py "
-        "dense_probe.py)",
+        "commands/ (the console commands and their entry plumbing), leaderboard/, and the "
+        "python -m forms (pretrain.py knn.py linear.py make_lt.py dense_probe.py)",
     ),
 )
 # the layers that import neither a host nor Lightning

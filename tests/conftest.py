@@ -17,6 +17,61 @@ from omegaconf import DictConfig, OmegaConf
 from solo_ext.methods.registry import SOLO_EXT_METHODS
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+# --- the real solo-learn ------------------------------------------------------------------
+# A test that needs the real solo-learn (its scripts, its parse_cfg, its modules) is marked
+# ``solo_learn``. Where solo-learn is not the host, or its checkout is not found, it skips,
+# saying so; with SOLO_EXT_REQUIRE_SOLO_LEARN=1 (CI's second environment, which runs
+# ``pytest -m solo_learn``: docs/install.md) such a skip is a failure instead.
+def _solo_learn_checkout() -> Path | None:
+    """The checkout whose scripts the tests run: SOLO_LEARN_DIR, else the one holding the
+    importable ``solo`` (an editable install); None where neither has ``main_pretrain.py``."""
+    from solo_ext.host import HOST
+
+    if HOST != "solo":
+        return None
+    import solo
+
+    where = Path(os.environ.get("SOLO_LEARN_DIR") or Path(solo.__file__).resolve().parents[1])
+    return where if (where / "main_pretrain.py").is_file() else None
+
+
+SOLO_LEARN_DIR = _solo_learn_checkout()
+NEEDS_SOLO_LEARN = "needs the real solo-learn"
+REQUIRE_SOLO_LEARN = os.environ.get("SOLO_EXT_REQUIRE_SOLO_LEARN", "0") == "1"
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "solo_learn: needs the real solo-learn as the host and its checkout"
+    )
+
+
+def pytest_collection_modifyitems(config, items):
+    if SOLO_LEARN_DIR is not None:
+        return
+    why = (
+        f"{NEEDS_SOLO_LEARN} as the host and its checkout "
+        "(solo-learn importable; SOLO_LEARN_DIR naming its checkout)"
+    )
+    for item in items:
+        if item.get_closest_marker("solo_learn") is not None:
+            item.add_marker(pytest.mark.skip(reason=why))
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Where solo-learn is required, a test skipped for want of it fails."""
+    report = (yield).get_result()
+    if REQUIRE_SOLO_LEARN and report.skipped and NEEDS_SOLO_LEARN in str(report.longrepr):
+        why = report.longrepr[2] if isinstance(report.longrepr, tuple) else report.longrepr
+        report.outcome = "failed"
+        report.longrepr = (
+            f"skipped where solo-learn is required (SOLO_EXT_REQUIRE_SOLO_LEARN=1): {why}"
+        )
+
+
 # two threads for the suite's process; a process that is told its share (the two-process
 # workers, OMP_NUM_THREADS=1) keeps it: two processes of two threads on two cores spin in
 # OpenMP's barriers for seconds at every operator
@@ -278,3 +333,43 @@ def fake_images(root: Path, paths: list[str], size: int = 40) -> None:
         (root / path).parent.mkdir(parents=True, exist_ok=True)
         pixels = rng.integers(0, 256, (size, size, 3), dtype=np.uint8)
         Image.fromarray(pixels).save(root / path)
+
+
+# --- values just outside a declared key -----------------------------------------------------
+# The bad-input tests try each declared key (an ``Option``) with these values. They are made
+# from the declaration alone (its kind, bounds and choices), never filtered by the check under
+# test: a check that wrongly accepts one fails its test.
+OUTSIDE_BY_KIND = {
+    "bool": ["yes", 1],
+    "text": [True],
+    "devices": [-2, "0,x", [0, -1], True],
+}
+# the list keys of the evaluation commands, by their declaration's class
+OUTSIDE_BY_CLASS = {
+    "KList": [0, [], [10, 10], [10, 0], "ten"],  # k: distinct counts >= 1
+    "EpochList": ["many", [0], [3, 2], [1.5]],  # increasing epochs >= 1
+    "StageList": ["crt2", [], ["crt", "crt"], 3],  # distinct stage names
+}
+
+
+def outside(option) -> list:
+    """Values just outside ``option``: a misspelt word, each bound crossed, a fraction for an
+    integer, and for ``[low, high]`` pairs a short list and a reversed one."""
+    if type(option).__name__ in OUTSIDE_BY_CLASS:
+        return list(OUTSIDE_BY_CLASS[type(option).__name__])
+    if option.kind in OUTSIDE_BY_KIND:
+        return list(OUTSIDE_BY_KIND[option.kind])
+    word = f"{option.choices[0]}_typo" if option.choices else "many"
+    if option.kind == "str":
+        return [word]
+    low, high = option.low, option.high
+    below = None if low is None else (low if option.low_open else low - 1)
+    above = None if high is None else (high if option.high_open else high + 1)
+    if option.kind == "pair":
+        start = 0.0 if low is None else low
+        a, b = (start + (high - start) / 4, start + 3 * (high - start) / 4) if high else (0.5, 2.0)
+        values = [word, [a], [b, a]]
+        values += [] if below is None else [[below, b]]
+        return values + ([] if above is None else [[a, above]])
+    values = [word] + [v for v in (below, above) if v is not None]
+    return values + ([(low or 0) + 1.5] if option.kind == "int" else [])

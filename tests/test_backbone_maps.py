@@ -18,7 +18,7 @@ from omegaconf import OmegaConf
 from torch import nn
 
 from solo_ext.commands.pretrain import parse_cfg
-from solo_ext.host import BACKBONES, HOST, METHODS
+from solo_ext.host import BACKBONES, METHODS
 from solo_ext.methods.pbsd import PatchDistillation
 from solo_ext.modules.feature_maps import feature_map, last_feature_map
 from solo_ext.modules.resnet_cifar import cifar_resnet32
@@ -103,13 +103,17 @@ def test_vit_patch_tokens_after_the_final_norm(dynamic, size, grid, reg_tokens):
     torch.testing.assert_close(fmap.flatten(2).transpose(1, 2), tokens)
 
 
+@pytest.mark.solo_learn
 def test_wide_resnet_after_the_final_bn_and_relu():
-    backbones = pytest.importorskip("solo.backbones")
+    from solo import backbones
+
     _assert_pooled(backbones.wide_resnet28w2("densecl"), 32, (2, 128, 8, 8))
 
 
+@pytest.mark.solo_learn
 def test_poolformer_after_the_final_norm():
-    backbones = pytest.importorskip("solo.backbones")
+    from solo import backbones
+
     _assert_pooled(backbones.poolformer_s12("densecl"), 64, (2, 512, 2, 2))
 
 
@@ -159,7 +163,7 @@ def test_pbsd_patches_are_a_size_the_backbone_takes(name, kwargs, box_crop_size,
 
 # --- one training step of each dense method on each backbone (the real solo-learn) -------------
 
-solo_only = pytest.mark.skipif(HOST != "solo", reason="needs the real solo-learn as the host")
+solo_only = pytest.mark.solo_learn
 
 # the smallest variant of each family at (about) the smallest crop whose last map is not 1x1
 CASES = {

@@ -126,15 +126,12 @@ def test_a_run_stopped_half_way_keeps_the_pairs_it_finished(tmp_path, monkeypatc
     assert dscl["images_per_s"] == 4 / 3.0  # --tiny's batch of 4 over the median step
 
 
+@pytest.mark.solo_learn
 def test_peer_pairs_against_solo_learns_own_methods(tmp_path):
     """With the real solo-learn as the host, the bench lays dscl (both directions, and the
     published one) beside solo-learn's MoCo v2+ and scl beside its SupCon, same backbone, batch,
     projector and queue, measured in one run: both-direction DSCL runs MoCo v2+'s arithmetic,
     the published one direction less of it."""
-    from solo_ext.host import HOST
-
-    if HOST != "solo":
-        pytest.skip("solo-learn's own methods: the real solo-learn is not the host")
     out = tmp_path / "bench.json"
     rows = main(["--tiny", "--what", "steps", "--pairs", "dscl", "scl", "--json", str(out)])
     rows = {(r["name"], r["candidate"]): r for r in rows["rows"]}

@@ -338,13 +338,10 @@ def test_a_bad_value_through_the_command(tiny_run, command):
     assert err.startswith("solo-ext-linear: error: backbone_bn='trian': must be one of"), err
 
 
+@pytest.mark.solo_learn
 def test_main_linear_takes_a_made_folder_as_long_tailed_with_the_files_groups(tmp_path):
-    """The same through solo-learn's main_linear.py (its parse_cfg, through the bridge): the
-    published stage, class-balanced sampling and the file's shot groups."""
-    from solo_ext.host import HOST
-
-    if HOST != "solo":
-        pytest.skip("needs the real solo-learn importable (main_linear.py's parse_cfg)")
+    """The same through solo-learn's main_linear.py (its parse_cfg, through the plugin's patches):
+    the published stage, class-balanced sampling and the file's shot groups."""
     from solo.args.linear import parse_cfg as solo_parse_cfg
     from test_configs import compose_config
 

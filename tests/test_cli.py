@@ -75,7 +75,7 @@ def test_the_run_records_its_recipe_and_the_leaderboard_flags_what_differs(
 ):
     """args.json names the shipped recipe the run was composed from; the leaderboard compares
     the run with it and flags exactly the keys the command line changed (the epochs are a
-    column of their own; the lr, given per 256 images, follows the batch as both doors scale
+    column of their own; the lr, given per 256 images, follows the batch as both entry points scale
     it, so it is not a difference)."""
     from solo_ext.leaderboard.recipe import recipe_differences
     from solo_ext.leaderboard.runs import read_args, read_run

@@ -1,7 +1,7 @@
 """Every shipped config holds every section and key of solo-learn's shipped configs of its kind,
 so solo-learn's plain overrides (``auto_resume.enabled=True``, no ``+``) compose with Hydra and
-reach both doors: solo-ext's commands and, with the real solo-learn importable, solo-learn's own
-``parse_cfg``. The keys held at solo-learn's defaults change nothing a config trains.
+reach both entry points: solo-ext's commands and, with the real solo-learn importable, solo-learn's
+own ``parse_cfg``. The keys held at solo-learn's defaults change nothing a config trains.
 
 solo-learn's key paths are read from its shipped configs when its source is here (the pinned
 environment: SOLO_LEARN_DIR, or the checkout of the importable ``solo``); otherwise the lists
@@ -11,20 +11,19 @@ kept below are used, and where both are here the two must be equal.
 from __future__ import annotations
 
 import inspect
-import os
 import re
 from pathlib import Path
 
 import pytest
 import yaml
-from conftest import stand_in_checkpoint
+from conftest import SOLO_LEARN_DIR, stand_in_checkpoint
 from omegaconf import OmegaConf
 from test_configs import compose_config, configs, data_overrides
 
 from solo_ext.commands import knn, linear
 from solo_ext.commands.linear_stage import SGDSchedule
 from solo_ext.commands.pretrain import RUN_OPTIONS, parse_cfg
-from solo_ext.host import HOST, METHODS, BaseMomentumMethod
+from solo_ext.host import METHODS, BaseMomentumMethod
 from solo_ext.host.standalone.optim import LARS
 from solo_ext.methods.registry import register
 from solo_ext.runs import load as runs
@@ -102,19 +101,7 @@ CPU = ["accelerator=cpu", 'devices="1"', "sync_batchnorm=False", "precision=32"]
 # --- solo-learn's shipped configs ---------------------------------------------------------
 
 
-def solo_learn_dir() -> Path | None:
-    """solo-learn's checkout, when its source (with its scripts/) is here."""
-    where = os.environ.get("SOLO_LEARN_DIR")
-    if where is None and HOST == "solo":
-        import solo
-
-        where = str(Path(solo.__file__).resolve().parents[1])
-    if where is None or not (Path(where) / "scripts" / "pretrain" / "cifar").is_dir():
-        return None
-    return Path(where)
-
-
-SOLO_DIR = solo_learn_dir()
+SOLO_DIR = SOLO_LEARN_DIR  # solo-learn's checkout (its scripts/ and its source)
 
 
 def key_paths(node, prefix: str = "") -> set[str]:
@@ -162,7 +149,7 @@ def solo_learn_keys(kind: str) -> frozenset[str]:
     return frozenset(cifar | read_solo_learn("scripts/pretrain/imagenet-100/*.y*ml")[0])
 
 
-@pytest.mark.skipif(SOLO_DIR is None, reason="solo-learn's source is not here (SOLO_LEARN_DIR)")
+@pytest.mark.solo_learn
 def test_kept_key_lists_are_solo_learns():
     """The lists this file keeps for hosts without solo-learn are those its configs hold now,
     and the keys left out as stale are read nowhere in solo-learn's code."""
@@ -235,7 +222,7 @@ def test_defaults_are_solo_exts_declared_ones():
             assert lars[key].default == value, key
 
 
-# --- solo-learn's plain overrides, through both doors ---------------------------------------
+# --- solo-learn's plain overrides, through both entry points -----------------------------
 
 
 def paths_for(dataset: str, tmp_path: Path) -> tuple[list[str], str, str]:
@@ -367,7 +354,7 @@ def test_knn_configs_null_paths_are_the_runs(given, tmp_path, monkeypatch):
     assert (pre_cfg.data.train_path, pre_cfg.data.val_path) == (f"{where}/train", f"{where}/val")
 
 
-needs_solo = pytest.mark.skipif(HOST != "solo", reason="needs the real solo-learn importable")
+needs_solo = pytest.mark.solo_learn
 
 
 @needs_solo
@@ -377,6 +364,7 @@ def test_plain_overrides_reach_solo_learns_parse_cfg(name, tmp_path):
 
     overrides, values = plain_pretrain(name, tmp_path)
     cfg = solo_parse_cfg(compose_config("pretrain", name, CPU + overrides))
+    assert cfg.method == {"gpaco": "paco"}.get(Path(name).name, Path(name).name)
     register()[cfg.method].add_and_assert_specific_cfg(cfg)  # (scheduler, performance)
     assert_values(cfg, values)
 
@@ -388,6 +376,7 @@ def test_plain_overrides_reach_solo_learns_linear_parse_cfg(name, tmp_path):
 
     overrides, values = plain_linear(name, tmp_path)
     cfg = solo_parse_cfg(compose_config("linear", name, CPU + overrides))
+    assert cfg.data.sampler.name == "class_balanced"  # (every linear recipe's)
     assert_values(cfg, values)
 
 
@@ -429,9 +418,9 @@ def pretrain_defaults(cfg) -> dict:
     }
 
 
-def with_and_without_defaults(kind: str, name: str, overrides: list[str], door):
-    """``door`` (a parse_cfg) on the config as shipped and without the keys it holds at their
-    defaults; returns both results, the deleted keys, and those the door does not fill."""
+def with_and_without_defaults(kind: str, name: str, overrides: list[str], entry):
+    """``entry point`` (a parse_cfg) on the config as shipped and without the keys it holds at their
+    defaults; returns both results, the deleted keys, and those the entry point does not fill."""
     full = compose_config(kind, name, overrides)
     stripped = compose_config(kind, name, overrides)
     defaults = pretrain_defaults(full) if kind == "pretrain" else {**LINEAR_DEFAULTS, **NULL_PATHS}
@@ -439,7 +428,7 @@ def with_and_without_defaults(kind: str, name: str, overrides: list[str], door):
         defaults["optimizer.kwargs.momentum"] = OPTIMIZER_DEFAULTS["sgd"]["momentum"]
     OmegaConf.set_struct(stripped, False)
     gone = strip_defaults(stripped, defaults)
-    full, stripped = door(full), door(stripped)
+    full, stripped = entry(full), entry(stripped)
     not_filled = fill(stripped, defaults, gone)
     return OmegaConf.to_container(full), OmegaConf.to_container(stripped), gone, not_filled
 
@@ -461,13 +450,13 @@ def test_keys_at_defaults_change_nothing_in_solo_learns_parse_cfg(name, tmp_path
     defaults as its model does): the values held are solo-learn's defaults."""
     from solo.args import pretrain as solo_args
 
-    def door(cfg):
+    def entry(cfg):
         cfg = solo_args.parse_cfg(cfg)
         return register()[cfg.method].add_and_assert_specific_cfg(cfg)
 
     dataset = compose_config("pretrain", name).data.dataset
     overrides = CPU + data_overrides(dataset, tmp_path)
-    full, stripped, gone, not_filled = with_and_without_defaults("pretrain", name, overrides, door)
+    full, stripped, gone, not_filled = with_and_without_defaults("pretrain", name, overrides, entry)
     assert full == stripped
     # solo-learn leaves a lacking data.train_path lacking, and the dali section too where DALI is
     # not installed (it fills that section only when it can import its DALI loader); everything

@@ -34,7 +34,7 @@ def test_photographs_are_resized_and_centre_cropped_with_imagenet_statistics():
 
 
 def test_every_long_tailed_name_is_solo_ext_only():
-    """solo-learn knows no long-tailed name, nor Fashion-MNIST: the bridge must add them."""
+    """solo-learn knows no long-tailed name, nor Fashion-MNIST: the patches must add them."""
     assert set(facts.LONG_TAILED) | {"fashion_mnist"} == set(facts.SOLO_EXT_ONLY)
     assert not set(facts.SOLO_EXT_ONLY) & {"cifar10", "cifar100", "imagenet", "custom"}
 

@@ -154,7 +154,7 @@ def test_autoload_switched_off_and_the_standalone_host_forced(fake_solo):
     assert chosen.split() == ["standalone", "solo_ext.host.standalone.base"], proc.stdout
 
 
-@pytest.mark.skipif(not SOLO_INSTALLED, reason="needs the real solo-learn")
+@pytest.mark.solo_learn
 def test_real_solo_learn_sees_methods():
     proc = _python("""
         from solo.methods import METHODS

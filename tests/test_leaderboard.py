@@ -13,7 +13,7 @@ import statistics
 from pathlib import Path
 
 import pytest
-from conftest import eval_cfg, tiny_cfg
+from conftest import SOLO_LEARN_DIR, eval_cfg, tiny_cfg
 
 from solo_ext.leaderboard import run as leaderboard
 from solo_ext.leaderboard.published import (
@@ -329,7 +329,7 @@ def test_a_linear_evaluation_off_the_published_classifier_stage_is_flagged():
         "linear lr_decay_epochs=30 (published 20 30)"
     ]
     # TSC's CIFAR-LT stage: LDAM with re-weighting over shuffled batches (an instance sampler
-    # draws as shuffling does); both doors train with cross-entropy
+    # draws as shuffling does); both entry points train with cross-entropy
     tsc = next(p for p in load_published() if p.dataset == "cifar10_lt" and p.method == "tsc")
     assert tsc.stage["loss"] == "ldam_reweighted" and tsc.stage["sampler"] == "shuffle"
     assert stage_differences(tsc.stage, {"sampler": "instance", "loss": "ce"}) == [
@@ -461,18 +461,6 @@ def test_custom_folders_and_shot_thresholds_get_tables_of_their_own(tmp_path):
     assert "| 2 / 1 / 2 |" in md and "| classes (many / medium / few) |" in md
 
 
-def _solo_learn_readme() -> Path | None:
-    root = os.environ.get("SOLO_LEARN_DIR")
-    if root is None:
-        try:
-            import solo
-        except ImportError:
-            return None
-        root = str(Path(solo.__file__).resolve().parents[1])
-    path = Path(root) / "README.md"
-    return path if path.is_file() else None
-
-
 def _readme_table(text: str, section: str) -> list[dict[str, str]]:
     """The rows of the markdown table under ``### <section>``, by its header's names."""
     lines = text.split(f"### {section}\n", 1)[1].splitlines()
@@ -491,13 +479,11 @@ SOLO_LEARN_TABLES = {"CIFAR-10": "cifar10", "CIFAR-100": "cifar100",
 README_BACKBONES = {"ResNet18": "resnet18", "ResNet50": "resnet50", "ViT Tiny": "vit_tiny"}
 
 
+@pytest.mark.solo_learn
 def test_the_solo_learn_rows_are_its_readme_tables_in_full():
     """Every number of solo-learn's README result tables is a published row (its top-1, online
     and offline where both are given), and no solo-learn row is not in the README."""
-    readme = _solo_learn_readme()
-    if readme is None:
-        pytest.skip("needs solo-learn's checkout (SOLO_LEARN_DIR) for its README")
-    text = readme.read_text()
+    text = (SOLO_LEARN_DIR / "README.md").read_text()
     published = [p for p in load_published() if p.source.startswith("solo-learn README")]
     seen = set()
     for section, dataset in SOLO_LEARN_TABLES.items():

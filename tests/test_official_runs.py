@@ -1,8 +1,8 @@
 """Every shipped pretraining recipe that follows an official run trains that run: its effective
-values (``solo_ext/recipes/effective.py``: the lr after the batch scaling, the lr of given epochs
+values (``tests/official_runs/effective.py``: the lr after the batch scaling, the lr of given epochs
 as the method's own ``configure_optimizers`` steps it, every flag and view) equal the official
-scripts' (``solo_ext/recipes/official_runs.yaml``, each value with its file and line), through
-both doors' ``parse_cfg``, except the keys the recipe's header names under ``Differs from the
+scripts' (``tests/official_runs/runs.yaml``, each value with its file and line), through
+both entry points' ``parse_cfg``, except the keys the recipe's header names under ``Differs from the
 official run``; a stated difference that is not one fails too.
 """
 
@@ -16,22 +16,22 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import ROOT
-from omegaconf import OmegaConf
-from test_configs import compose_config, data_overrides
-
-from solo_ext.commands import linear
-from solo_ext.commands.pretrain import parse_cfg
-from solo_ext.config import check_options
-from solo_ext.host import HOST, METHODS
-from solo_ext.methods.registry import register
-from solo_ext.methods.schedules import warmup_step
-from solo_ext.recipes.effective import (
+from official_runs.effective import (
     differences,
     effective_values,
     linear_effective_values,
     official_runs,
     stated_differences,
 )
+from omegaconf import OmegaConf
+from test_configs import compose_config, data_overrides
+
+from solo_ext.commands import linear
+from solo_ext.commands.pretrain import parse_cfg
+from solo_ext.config import check_options
+from solo_ext.host import METHODS
+from solo_ext.methods.registry import register
+from solo_ext.methods.schedules import warmup_step
 
 RUNS = official_runs()
 PRETRAIN = [
@@ -40,7 +40,9 @@ PRETRAIN = [
     for recipe in run["recipes"]
     if recipe.startswith("pretrain/")
 ]
-DOORS = ["solo-ext-pretrain", "main_pretrain.py"]
+# solo-learn's scripts' parse_cfg: the real solo-learn's
+ENTRY_POINTS = ["solo-ext-pretrain", pytest.param("main_pretrain.py", marks=pytest.mark.solo_learn)]
+SOLO_LEARN_LINEAR = pytest.param("main_linear.py", marks=pytest.mark.solo_learn)
 LINEAR = [
     (recipe.split("/", 1)[1], run_id)
     for run_id, run in RUNS.items()
@@ -49,14 +51,12 @@ LINEAR = [
 ]
 
 
-def resolve(door: str, name: str, root: Path, overrides: list[str] = ()):
-    """The recipe as the door resolves it (data paths pointed at stand-ins, nothing else)."""
+def resolve(entry: str, name: str, root: Path, overrides: list[str] = ()):
+    """The recipe as the entry point resolves it (data paths pointed at stand-ins, nothing else)."""
     raw = compose_config("pretrain", name)
     cfg = compose_config("pretrain", name, data_overrides(raw.data.dataset, root) + list(overrides))
-    if door == "solo-ext-pretrain":
+    if entry == "solo-ext-pretrain":
         return parse_cfg(cfg)
-    if HOST != "solo":
-        pytest.skip("main_pretrain.py's parse_cfg needs the real solo-learn importable")
     from solo.args.pretrain import parse_cfg as solo_parse_cfg
 
     register()  # (what the start-up hook does when solo-learn's scripts import solo.methods)
@@ -64,23 +64,23 @@ def resolve(door: str, name: str, root: Path, overrides: list[str] = ()):
     return METHODS[cfg.method].add_and_assert_specific_cfg(cfg)  # as the method's __init__
 
 
-def check(door: str, name: str, run_id: str, root: Path, overrides: list[str] = ()) -> None:
+def check(entry: str, name: str, run_id: str, root: Path, overrides: list[str] = ()) -> None:
     run = RUNS[run_id]
-    cfg = resolve(door, name, root, overrides)
+    cfg = resolve(entry, name, root, overrides)
     if cfg.data.get("train_class_counts") is not None:  # the stand-in split file's one image:
         cfg.data.train_class_counts = [1] * cfg.data.num_classes  # a prior the methods accept
     found = differences(run["values"], effective_values(cfg, run["values"], run["steps_per_epoch"]))
     stated = stated_differences(ROOT / "scripts" / "pretrain" / f"{name}.yaml")
     unstated = {k: v for k, v in found.items() if k not in stated}
     stale = sorted(set(stated) - set(found))
-    assert not unstated, f"{name} ({door}) differs from {run_id} unstated: {unstated}"
+    assert not unstated, f"{name} ({entry}) differs from {run_id} unstated: {unstated}"
     assert not stale, f"{name}: the header states differences that are not: {stale}"
 
 
-def resolve_linear(door: str, name: str, root: Path, pretrained: str | None = None):
-    """A linear recipe as the door resolves it, for a checkpoint file (an empty stand-in) with
-    the ``args.json`` of the pretraining recipe ``pretrained`` (default: the same name) beside
-    it; with the run's query view the stage takes, as the door read it from that file."""
+def resolve_linear(entry: str, name: str, root: Path, pretrained: str | None = None):
+    """A linear recipe as the entry point resolves it, for a checkpoint file (an empty stand-in)
+    with the ``args.json`` of the pretraining recipe ``pretrained`` (default: the same name) beside
+    it; with the run's query view the stage takes, as the entry point read it from that file."""
     raw = compose_config("linear", name)
     run = resolve("solo-ext-pretrain", pretrained or name, root)
     (root / "args.json").write_text(json.dumps(OmegaConf.to_container(run, resolve=True)))
@@ -88,13 +88,11 @@ def resolve_linear(door: str, name: str, root: Path, pretrained: str | None = No
     ckpt.touch()
     overrides = data_overrides(raw.data.dataset, root) + [f"pretrained_feature_extractor={ckpt}"]
     cfg = compose_config("linear", name, overrides)
-    if door == "solo-ext-linear":
+    if entry == "solo-ext-linear":
         OmegaConf.set_struct(cfg, False)
         check_options(cfg, linear.OPTIONS)
         cfg = linear.resolve(cfg, cfg.data, run)
         return cfg, linear.stage_view(cfg, run)
-    if HOST != "solo":
-        pytest.skip("main_linear.py's parse_cfg needs the real solo-learn importable")
     from solo.args.linear import parse_cfg as solo_parse_cfg
 
     from solo_ext.solo_learn import parsed
@@ -103,30 +101,31 @@ def resolve_linear(door: str, name: str, root: Path, pretrained: str | None = No
     return solo_parse_cfg(cfg), parsed.RUN.stage_view
 
 
-@pytest.mark.parametrize("door", ["solo-ext-linear", "main_linear.py"])
+@pytest.mark.parametrize("entry", ["solo-ext-linear", SOLO_LEARN_LINEAR])
 @pytest.mark.parametrize("name, run_id", LINEAR, ids=[n for n, _ in LINEAR])
-def test_linear_recipe_trains_its_official_stage(door, name, run_id, tmp_path):
+def test_linear_recipe_trains_its_official_stage(entry, name, run_id, tmp_path):
     run = RUNS[run_id]
-    cfg, view = resolve_linear(door, name, tmp_path)
+    cfg, view = resolve_linear(entry, name, tmp_path)
     found = differences(
-        run["values"], linear_effective_values(cfg, run["values"], door, run_view=view)
+        run["values"], linear_effective_values(cfg, run["values"], entry, run_view=view)
     )
     stated = stated_differences(ROOT / "scripts" / "linear" / f"{name}.yaml")
     unstated = {k: v for k, v in found.items() if k not in stated}
-    assert not unstated, f"{name} ({door}) differs from {run_id} unstated: {unstated}"
+    assert not unstated, f"{name} ({entry}) differs from {run_id} unstated: {unstated}"
     assert not sorted(set(stated) - set(found)), f"{name}: stale statements"
 
 
-@pytest.mark.parametrize("door", ["solo-ext-linear", "main_linear.py"])
+@pytest.mark.parametrize("entry", ["solo-ext-linear", SOLO_LEARN_LINEAR])
 @pytest.mark.parametrize("method", ["scl", "dscl", "pbsd"])
-def test_imagenet_lt_stage_trains_on_the_published_crops(door, method, tmp_path):
+def test_imagenet_lt_stage_trains_on_the_published_crops(entry, method, tmp_path):
     """On ImageNet-LT the run's own query view, which the stage takes by default, is the
     official stage's crops: the stage's transform there is what it was before it followed the
     run (the fixed ``published`` one)."""
-    from solo_ext.eval.classifier_stage import published_train_augmentation, stage_train_transform
-    from solo_ext.recipes.effective import _views
+    from official_runs.effective import _views
 
-    cfg, view = resolve_linear(door, "imagenet-lt/dscl", tmp_path, f"imagenet-lt/{method}")
+    from solo_ext.eval.classifier_stage import published_train_augmentation, stage_train_transform
+
+    cfg, view = resolve_linear(entry, "imagenet-lt/dscl", tmp_path, f"imagenet-lt/{method}")
     assert cfg.train_augmentation == "pretrain"
     fixed = published_train_augmentation("imagenet_lt")
     assert _views(OmegaConf.create({"augmentations": [view]})) == _views(
@@ -158,10 +157,10 @@ def test_every_official_value_has_its_source():
             assert re.search(r"[\w/.-]+:\d+", entry["source"]), f"{run_id}: {key}: {entry}"
 
 
-@pytest.mark.parametrize("door", DOORS)
+@pytest.mark.parametrize("entry", ENTRY_POINTS)
 @pytest.mark.parametrize("name, run_id", PRETRAIN, ids=[n for n, _ in PRETRAIN])
-def test_recipe_trains_its_official_run(door, name, run_id, tmp_path):
-    check(door, name, run_id, tmp_path)
+def test_recipe_trains_its_official_run(entry, name, run_id, tmp_path):
+    check(entry, name, run_id, tmp_path)
 
 
 @pytest.mark.parametrize(

@@ -17,17 +17,9 @@ import json
 from pathlib import Path
 
 import pytest
+from test_solo_learn_scripts import CPU, assert_cifar_stem, fake_images, ok, solo, tree
 
-from solo_ext.host import HOST
-
-if HOST != "solo":
-    pytest.skip(
-        "needs the real solo-learn importable (main_linear.py is solo-learn's script)",
-        allow_module_level=True,
-    )
-
-# skips by itself, with its reason, when solo-learn's scripts are not found (SOLO_LEARN_DIR)
-from test_solo_learn_scripts import CPU, assert_cifar_stem, fake_images, ok, solo, tree  # noqa: E402
+pytestmark = pytest.mark.solo_learn
 
 CLASSES = 6  # solo-learn's linear model computes acc@5
 # one epoch of one batch (main_linear.py's transforms of ``custom`` are 224 px crops)

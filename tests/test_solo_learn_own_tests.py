@@ -1,7 +1,7 @@
 """solo-learn's own tests give the same results with solo-ext's start-up hook on and off
 (``SOLO_EXT_AUTOLOAD=0``): the plugin changes nothing solo-learn does with a config that uses
 nothing of solo-ext. Runs where solo-learn's source (its ``tests/``) is here: the environment
-with solo-learn's pinned requirements and ``SOLO_LEARN_DIR`` (skipped elsewhere, saying why).
+with solo-learn's pinned requirements and ``SOLO_LEARN_DIR``.
 """
 
 from __future__ import annotations
@@ -13,36 +13,43 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import NEEDS_SOLO_LEARN, SOLO_LEARN_DIR
 
-from solo_ext.host import HOST
-
-SOLO_DIR = os.environ.get("SOLO_LEARN_DIR")
+SOLO_DIR = str(SOLO_LEARN_DIR)
 # the whole of solo-learn's tests/; those that download a dataset fail alike on a machine with no
 # network, with the hook on and off, and are compared like the rest
 SUITES = ("tests",)
 
-pytestmark = pytest.mark.skipif(
-    HOST != "solo" or SOLO_DIR is None or not (Path(SOLO_DIR) / "tests" / "args").is_dir(),
-    reason="needs the real solo-learn importable and its source (SOLO_LEARN_DIR with tests/)",
-)
+pytestmark = pytest.mark.solo_learn
 
 
 def environment(hook: bool) -> dict[str, str]:
-    env = {**os.environ, "SOLO_EXT_AUTOLOAD": "1" if hook else "0"}
+    # (the two runs go side by side: a core each)
+    env = {**os.environ, "SOLO_EXT_AUTOLOAD": "1" if hook else "0", "OMP_NUM_THREADS": "1"}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [SOLO_DIR, env.get("PYTHONPATH")]))
     return env
 
 
-def outcomes(hook: bool) -> dict[str, str]:
+def start(hook: bool, where: Path) -> subprocess.Popen:
+    """solo-learn's tests, with the hook on or off, started in the folder ``where`` (what they
+    write goes there; their output into ``where / "log"``)."""
+    where.mkdir()
+    suites = [str(Path(SOLO_DIR) / suite) for suite in SUITES]
+    with open(where / "log", "w") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider", *suites]
+            + ["--rootdir", SOLO_DIR],
+            cwd=where,
+            env=environment(hook),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+
+
+def outcomes(run: subprocess.Popen, where: Path) -> dict[str, str]:
     """Each of solo-learn's tests (node id) -> passed / failed / error / skipped."""
-    run = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider", *SUITES],
-        cwd=SOLO_DIR,
-        env=environment(hook),
-        capture_output=True,
-        text=True,
-        timeout=1800,
-    )
+    run.wait(timeout=1800)
+    run = subprocess.CompletedProcess(run.args, run.returncode, (where / "log").read_text(), "")
     found = {}
     for line in run.stdout.splitlines():
         match = re.match(r"^(PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS) (\S+)", line)
@@ -65,9 +72,14 @@ def hook_registers(hook: bool) -> bool:
     return out.stdout.strip().endswith("True")
 
 
-def test_solo_learns_own_tests_pass_alike_with_and_without_the_plugin():
+def test_solo_learns_own_tests_pass_alike_with_and_without_the_plugin(tmp_path):
+    if not (SOLO_LEARN_DIR / "tests" / "args").is_dir():
+        pytest.skip(f"{NEEDS_SOLO_LEARN}'s own tests/ (its checkout at {SOLO_LEARN_DIR} has none)")
     assert hook_registers(True) and not hook_registers(False)  # the hook is what differs
-    on, off = outcomes(True), outcomes(False)
+    # side by side, each in a folder of its own (solo-learn's tests write where they run)
+    folders = tmp_path / "on", tmp_path / "off"
+    runs = start(True, folders[0]), start(False, folders[1])
+    on, off = (outcomes(run, where) for run, where in zip(runs, folders))
     assert set(on) == set(off), sorted(set(on) ^ set(off))
     broken = sorted(t for t, result in off.items() if result == "passed" and on[t] != "passed")
     assert not broken, f"pass without solo-ext, fail with it: {broken}"

@@ -30,23 +30,19 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import ROOT, fake_cifar, fake_images, stand_in_checkpoint, write_fashion_mnist
+from conftest import (
+    ROOT,
+    SOLO_LEARN_DIR,
+    fake_cifar,
+    fake_images,
+    stand_in_checkpoint,
+    write_fashion_mnist,
+)
 from test_configs import compose_config, configs, data_overrides
+from test_ddp_runs import WHOLE_RUNS
 
-from solo_ext.host import HOST
-from solo_ext.methods.registry import SOLO_EXT_METHODS
-
-if HOST != "solo":
-    pytest.skip("needs the real solo-learn importable", allow_module_level=True)
-
-import solo  # noqa: E402
-
-SOLO_ROOT = Path(os.environ.get("SOLO_LEARN_DIR", Path(solo.__file__).resolve().parents[1]))
-if not (SOLO_ROOT / "main_pretrain.py").is_file():
-    pytest.skip(
-        f"no main_pretrain.py in {SOLO_ROOT} (set SOLO_LEARN_DIR to solo-learn's checkout)",
-        allow_module_level=True,
-    )
+pytestmark = pytest.mark.solo_learn
+SOLO_ROOT = SOLO_LEARN_DIR or Path("solo-learn")  # (the tests skip where it is not found)
 
 # the README's overrides for a CPU-only machine, exactly
 CPU = ["accelerator=cpu", 'devices="1"', "sync_batchnorm=False", "precision=32"]
@@ -336,12 +332,27 @@ def stand_in_data(dataset: str, root: Path) -> list[str]:
     raise AssertionError(f"no stand-in for {dataset}")
 
 
-GPU_CONFIGS = [n for n in configs("pretrain") if "/" in n and not n.startswith("synthetic-lt/")]
+# One shipped GPU config per data set (its reader, augmentation files and backbone), a different
+# method in each: every config's parse_cfg is held by tests/test_config_sections.py, and every
+# method's model and steps by the two-process runs below.
+ONE_PER_DATASET = {
+    "cifar": "all4one_ct",
+    "cifar10-lt": "scl",
+    "cifar100-lt": "gpaco",
+    "fashion-mnist-lt": "kcl",
+    "imagenet-100": "densecl",
+    "imagenet-lt": "pbsd",
+}
 
 
-@pytest.mark.parametrize("name", GPU_CONFIGS)
+def test_every_data_set_has_a_gpu_config_that_starts():
+    folders = {n.split("/")[0] for n in configs("pretrain") if "/" in n}
+    assert folders - {"synthetic-lt"} == set(ONE_PER_DATASET)
+
+
+@pytest.mark.parametrize("name", [f"{d}/{m}" for d, m in ONE_PER_DATASET.items()])
 def test_gpu_config_starts_on_cpu(name, tmp_path):
-    """Every shipped GPU config through main_pretrain.py with the README's CPU overrides, on
+    """A shipped GPU config through main_pretrain.py with the README's CPU overrides, on
     stand-in data, for one optimiser step (its batch shrunk to fit a CPU)."""
     dataset = compose_config("pretrain", name).data.dataset
     data = stand_in_data(dataset, tmp_path / "data")
@@ -472,30 +483,6 @@ def test_synthetic_lt_configs_run_as_shipped(method, tmp_path):
     assert ("pbsd: the loader makes its views: PBSDViews" in proc.stdout) == (method == "pbsd")
 
 
-# --- every shipped config through solo-learn's own parse_cfg ------------------------------
-
-
-@pytest.mark.parametrize("name", configs("pretrain"))
-def test_pretrain_config_through_solo_parse_cfg(name, tmp_path):
-    from solo.args.pretrain import parse_cfg
-
-    dataset = compose_config("pretrain", name).data.dataset
-    cfg = parse_cfg(compose_config("pretrain", name, CPU + data_overrides(dataset, tmp_path)))
-    method = {"gpaco": "paco"}.get(Path(name).name, Path(name).name)
-    assert cfg.method == method and cfg.data.num_classes >= 2
-
-
-@pytest.mark.parametrize("name", configs("linear"))
-def test_linear_config_through_solo_parse_cfg(name, tmp_path):
-    from solo.args.linear import parse_cfg
-
-    ckpt = stand_in_checkpoint(tmp_path)
-    dataset = compose_config("linear", name).data.dataset
-    overrides = CPU + data_overrides(dataset, tmp_path) + [f"pretrained_feature_extractor={ckpt}"]
-    cfg = parse_cfg(compose_config("linear", name, overrides))
-    assert cfg.data.sampler.name == "class_balanced"
-
-
 # --- bad input: one line, nothing written -------------------------------------------------
 
 BAD = {
@@ -530,75 +517,6 @@ def test_bad_input_stops_in_one_line_and_writes_nothing(case, tmp_path):
     assert tree(tmp_path) == before
 
 
-# --- the schema through solo-learn's own parse_cfg ---------------------------------------
-
-
-def schema_cases():
-    from solo_ext.data.options import DATA_KEYS
-    from solo_ext.data.samplers import SAMPLER_OPTIONS
-    from solo_ext.host import METHODS
-    from solo_ext.methods.registry import SOLO_EXT_METHODS, register
-
-    register()
-    cases = [
-        (method, {f"method_kwargs.{key}": value}, f"method_kwargs.{key}", value)
-        for method in sorted(SOLO_EXT_METHODS)
-        for key, option in METHODS[method].METHOD_KWARGS.items()
-        for value in option.invalid_examples()
-    ]
-    cases += [
-        (
-            "scl",
-            {"data.sampler.name": name, f"data.sampler.{key}": value},
-            f"data.sampler.{key}",
-            value,
-        )
-        for name, options in SAMPLER_OPTIONS.items()
-        for key, option in options.items()
-        for value in option.invalid_examples()
-    ]
-    cases += [
-        ("scl", {key: value}, key, value)
-        for key, option in DATA_KEYS.items()
-        for value in option.invalid_examples()
-    ]
-    return cases
-
-
-SCHEMA_CASES = schema_cases()
-
-
-@pytest.mark.parametrize(
-    "method,given,key,value", SCHEMA_CASES, ids=[f"{m}-{k}-{v!r}" for m, _, k, v in SCHEMA_CASES]
-)
-def test_schema_walk_through_solo_learns_parse_cfg(method, given, key, value, capsys, monkeypatch):
-    """solo-ext's keys (``method_kwargs``, ``data.sampler``, its datasets' ``data`` keys) in
-    main_pretrain.py's own ``parse_cfg``: every value just outside its declaration is the same
-    one line (``main_pretrain.py: error: <key>=<value>: must be ...``, exit status 2)."""
-    import copy
-
-    from omegaconf import OmegaConf
-    from solo.args.pretrain import parse_cfg
-
-    cfg = copy.deepcopy(
-        BASE_CFGS.setdefault(method, compose_config("pretrain", f"synthetic-lt/{method}", CPU))
-    )
-    for k, v in given.items():
-        OmegaConf.update(cfg, k, v, force_add=True)
-    monkeypatch.setattr(sys, "argv", ["main_pretrain.py", *sys.argv[1:]])  # as in the script
-    with pytest.raises(SystemExit) as info:
-        parse_cfg(cfg)
-    assert info.value.code == 2
-    shown = list(value) if isinstance(value, list) else value
-    (line,) = capsys.readouterr().err.strip().splitlines()
-    assert line.startswith(f"{os.path.basename(sys.argv[0])}: error: {key}={shown!r}: must be "), (
-        line
-    )
-
-
-BASE_CFGS: dict = {}
-
-
 def test_main_linear_without_checkpoint_is_one_line(tmp_path):
     proc = solo("main_linear.py", ["--config-name", "synthetic-lt/dscl", *CPU], tmp_path)
     assert proc.returncode == 2, proc.stderr[-3000:]
@@ -631,10 +549,11 @@ def test_main_linear_on_a_checkpoint_without_its_run_config_is_one_line(
 # --- whole runs on two processes ----------------------------------------------------------
 
 
-@pytest.mark.parametrize("method", sorted(SOLO_EXT_METHODS))
+@pytest.mark.parametrize("method", WHOLE_RUNS)
 def test_two_process_run_finishes_with_the_online_long_tail_knn(method, tmp_path):
-    """Every method through main_pretrain.py on two processes (gloo), its shipped synthetic-lt
-    config with validation and the online kNN on, to the end."""
+    """A method of each step kind (test_ddp_runs.WHOLE_RUNS) through main_pretrain.py on two
+    processes (gloo), its shipped synthetic-lt config with validation and the online kNN on, to
+    the end."""
     args = [
         "--config-name",
         f"synthetic-lt/{method}",
@@ -660,10 +579,10 @@ def test_two_process_run_finishes_with_the_online_long_tail_knn(method, tmp_path
             assert math.isfinite(float(rows[-1][f"val_head_acc1_{group}"])), rows[-1]
 
 
-# --- the bridge stops a solo-ext config when solo-learn lacks a name it needs --------------
+# --- the patches stop a solo-ext config when solo-learn lacks a name it needs --------------
 
 
-def test_solo_learns_modules_have_every_name_the_bridge_needs():
+def test_solo_learns_modules_have_every_name_the_patches_need():
     import importlib
 
     from solo_ext.solo_learn import PATCHES
@@ -688,13 +607,15 @@ def test_a_renamed_name_stops_a_solo_ext_config_in_one_line(renamed, said, tmp_p
     proc = solo("main_pretrain.py", args, tmp_path, SOLO_EXT_TEST_RENAME=renamed)
     assert proc.returncode == 2, proc.stderr[-3000:]
     (line,) = proc.stderr.strip().splitlines()
-    assert line.startswith("main_pretrain.py: error: method='dscl' needs solo-ext's bridge")
+    assert line.startswith(
+        "main_pretrain.py: error: method='dscl' needs solo-ext's patches of solo-learn"
+    )
     assert "solo-learn 1.0.6" in line and said in line, line
     assert "tested with solo-learn 1.0.6, commit 9187ea3" in line
     assert not (tmp_path / "trained_models").exists()
 
 
-def test_a_config_of_solo_learn_alone_runs_when_the_bridge_cannot(tmp_path):
+def test_a_config_of_solo_learn_alone_runs_when_the_patches_cannot(tmp_path):
     """solo-learn's own MoCo v2+ config on an image folder, with main_linear's patch point
     renamed: it trains, since it uses nothing of solo-ext."""
     from solo_ext.commands import make_lt
@@ -808,7 +729,7 @@ def test_the_leaderboard_reads_a_main_pretrain_run(pretrained, tmp_path):
 
 @pytest.mark.parametrize("name", ["imagenet-lt/dscl", "cifar100-lt/dscl"])
 def test_the_long_tailed_linear_configs_step_solo_learns_lr_as_published(name, tmp_path):
-    """Through solo-learn's own parse_cfg and LinearModel (the bridge's subclass): lr 10 at the
+    """Through solo-learn's own parse_cfg and LinearModel (the patches' subclass): lr 10 at the
     batch of 2048 (the config's lr per 256, scaled by solo-learn), x0.1 at epochs 20 and 30 of
     40, SGD momentum 0.9 without weight decay; the fc starts N(0, 0.01); the BN mode is train."""
     from solo.args.linear import parse_cfg
@@ -847,10 +768,10 @@ def test_main_linear_runs_the_decoupled_stages_as_solo_ext_linear_does(pretraine
 
     from solo_ext.commands import linear
 
-    door, ours = tmp_path / "door", tmp_path / "ours"
-    for where in (door, ours):
+    scripts, ours = tmp_path / "solo-learn-scripts", tmp_path / "ours"
+    for where in (scripts, ours):
         shutil.copytree(pretrained, where)
-    (ckpt,) = door.glob("*.ckpt")
+    (ckpt,) = scripts.glob("*.ckpt")
     quick = ["++decoupled.epochs=2", "++decoupled.lws_epochs=1"]
     args = [
         "--config-name",
@@ -865,7 +786,7 @@ def test_main_linear_runs_the_decoupled_stages_as_solo_ext_linear_does(pretraine
     ]
     proc = ok(solo("main_linear.py", args, tmp_path))
     assert "classifier_stage: crt, tau_norm, lws, logit_adjust" in proc.stdout
-    got = json.loads((door / "metrics.json").read_text())
+    got = json.loads((scripts / "metrics.json").read_text())
     stages = ["crt", "tau_norm", "lws", "logit_adjust"]
     cfg = OmegaConf.load(ROOT / "solo_ext" / "conf" / "linear.yaml")
     cfg.pretrained_checkpoint_dir = str(ours)

@@ -116,9 +116,6 @@ class KList(Option):
     def describe(self) -> str:
         return "an integer >= 1 or a list of distinct ones"
 
-    def invalid_examples(self) -> list[Any]:
-        return [0, [], [10, 10], [10, 0], "ten"]
-
 
 def neighbour_counts(value: Any) -> list[int]:
     """A checked ``k`` as a list (the reported one first)."""
@@ -191,9 +188,6 @@ class EpochList(Option):
 
     def describe(self) -> str:
         return "a list of increasing epochs >= 1" + (" (or null)" if self.nullable else "")
-
-    def invalid_examples(self) -> list[Any]:
-        return ["many", [0], [3, 2], [1.5]]
 
 
 # the defaults are solo-ext-linear's packaged conf file's

@@ -8,7 +8,7 @@ it yields the item's file name (read by DALI's ``io.file.read`` and decoded by D
 with ``mixed`` decoding) or, for datasets held in memory (CIFAR's arrays, ``synthetic_lt``), its
 decoded pixels. The decode and
 augmentation graph after it is the caller's: solo-learn's own (``main_pretrain.py`` /
-``main_linear.py`` through the bridge) or :func:`dali_crops`, solo-ext's (``solo-ext-*``).
+``main_linear.py`` through the plugin's patches) or :func:`dali_crops`, solo-ext's (``solo-ext-*``).
 
 A DALI pipeline prefetches and cannot restart an epoch halfway, so :class:`DALILoader` rebuilds
 its pipeline when an epoch starts where the previous one did not end (a resumed run, a

@@ -1,4 +1,4 @@
-"""The keys of ``data`` that solo-ext reads, declared once (the datasets, DALI and both doors
+"""The keys of ``data`` that solo-ext reads, declared once (the datasets, DALI and both entry points
 check a given value against them)."""
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ DALI_OPTIONS: dict[str, Option] = {
 
 def check_dali_keys(cfg: DictConfig) -> None:
     """Every key under ``dali`` declared and valid, whether or not DALI reads the data (both
-    doors, before any work): one line naming the key and the value."""
+    entry points, before any work): one line naming the key and the value."""
     section = select(cfg, "dali")
     if section is None:
         return

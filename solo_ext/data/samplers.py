@@ -335,7 +335,8 @@ def fill_sampler_cfg(cfg: Any, total_epochs: int) -> dict[str, Any] | None:
     _check_keys(name, kwargs, options)
     for key, value in kwargs.items():
         options[key].check(f"data.sampler.{key}", value)
-    if OmegaConf.select(cfg, "data.no_labels", default=None) is True:  # (both doors read this)
+    # (both entry points read this)
+    if OmegaConf.select(cfg, "data.no_labels", default=None) is True:
         raise ConfigError(
             f"data.sampler.name={name!r} with data.no_labels=true: "
             "the samplers draw by class and need the labels"

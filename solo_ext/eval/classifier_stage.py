@@ -1,5 +1,6 @@
 """The classifier stage of a two-stage long-tail method (DSCL's reported number), declared once
-for both doors (solo-learn's ``main_linear.py`` through the bridge, and ``solo-ext-linear``).
+for both entry points (solo-learn's ``main_linear.py`` through the plugin's patches, and
+``solo-ext-linear``).
 
 The published stage (DSCL's ``equal_lincls.py``): the pretrained backbone frozen but in
 ``train()`` mode (its BatchNorm running statistics follow the classifier stage's images, and are
@@ -47,8 +48,8 @@ SOLO_LEARN_STAGE = {key: values[1] for key, values in _BY_DATASET.items()}
 
 # solo-ext-linear's schedule by the evaluated data, for the keys its command line and config
 # leave out (conf/linear.yaml leaves them null). Long-tailed: the published stage (DSCL's
-# train_cls.sh: SGD at lr 10 for the batch of 2048, 1.25 per 256 images as both doors scale it,
-# no weight decay, lr x 0.1 at epochs 20 and 30 of 40) with class-balanced sampling; balanced:
+# train_cls.sh: SGD at lr 10 for the batch of 2048, 1.25 per 256 images as both entry points scale
+# it, no weight decay, lr x 0.1 at epochs 20 and 30 of 40) with class-balanced sampling; balanced:
 # a cosine decay over 100 epochs at lr 0.1 per 256 images, shuffled.
 LONG_TAIL_STAGE: dict[str, Any] = {
     "max_epochs": 40,

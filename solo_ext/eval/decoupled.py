@@ -15,7 +15,7 @@ ICLR 2021). What each stage computes, as the papers' code computes it:
 - ``logit_adjust``: the instance-sampled classifier's logits less tau x log of the training
   prior, ``s_j = f_j(x) - tau log(n_j / N)``.
 
-Both doors run them here (``solo-ext-linear``, and ``main_linear.py`` after its own linear
+Both entry points run them here (``solo-ext-linear``, and ``main_linear.py`` after its own linear
 stage): :func:`run_stages` trains on the cached features with a plain SGD loop (a linear layer on
 fixed features needs no strategy: every process of a distributed run computes the same numbers
 from the same seed, and the first one reports), with nothing of Lightning.

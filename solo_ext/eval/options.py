@@ -1,6 +1,6 @@
 """The classifier stage's keys (:mod:`solo_ext.eval.classifier_stage`), declared once for both
-doors; nothing here imports torch, so ``solo-ext-linear`` checks them before the training stack
-is imported."""
+entry points; nothing here imports torch, so ``solo-ext-linear`` checks them before the training
+stack is imported."""
 
 from __future__ import annotations
 
@@ -45,9 +45,6 @@ class StageList(Option):
 
     def describe(self) -> str:
         return f"one of {list(CLASSIFIER_STAGES)}, 'all', or a list of them"
-
-    def invalid_examples(self) -> list[Any]:
-        return ["crt2", [], ["crt", "crt"], 3]
 
 
 def stages_of(value: Any) -> list[str]:

@@ -43,15 +43,9 @@ if HOST == "solo":
     from solo.utils.misc import gather, omegaconf_select
     from solo.utils.momentum import initialize_momentum_params
 
-    from solo_ext.modules.resnet_cifar import cifar_resnet32
-    from solo_ext.modules.stem import add_stem_option
+    from solo_ext.solo_learn.backbones import extend
 
-    if not isinstance(getattr(BaseMethod, "_BACKBONES", None), dict):
-        raise HostError("solo.methods.base.BaseMethod has no _BACKBONES (its backbone table)")
-    BACKBONES = BaseMethod._BACKBONES
-    # CIFAR-LT's backbone, beside solo-learn's own
-    BACKBONES.setdefault("cifar_resnet32", cifar_resnet32)
-    add_stem_option(BACKBONES)  # backbone.kwargs.small_image_stem, in every script
+    BACKBONES = extend(BaseMethod)  # the CIFAR ResNet-32 and backbone.kwargs.small_image_stem
 else:
     from solo_ext.host.standalone import (
         BACKBONES,

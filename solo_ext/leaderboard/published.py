@@ -212,7 +212,7 @@ def augmentation_differences(method: str, augmentations: Any) -> list[str]:
 
 def published_stage(dataset: str) -> dict[str, str]:
     """The classifier stage a linear number on ``dataset`` is held to when no published row
-    gives one: on a long-tailed dataset DSCL's published stage (the default of both doors
+    gives one: on a long-tailed dataset DSCL's published stage (the default of both entry points
     there); on a balanced one none (solo-learn's linear configs differ by method)."""
     from solo_ext.eval.classifier_stage import LONG_TAIL_SAMPLER, LONG_TAIL_STAGE, PUBLISHED_STAGE
     from solo_ext.facts import facts

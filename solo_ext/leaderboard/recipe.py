@@ -2,10 +2,10 @@
 value than the recipe does.
 
 The recipe is the one the run's record names (``args.json``'s ``environment.config.recipe``,
-written by both doors when the config is one of solo-ext's ``scripts/pretrain/``), else the one
-shipped recipe of the run's method and dataset (GPaCo's and PaCo's apart). It is composed by
-Hydra as the doors compose it. Compared: every key the recipe sets, with the lr and the
-classifier lr per 256 images (both doors scale them by the total batch), the total batch in
+written by both entry points when the config is one of solo-ext's ``scripts/pretrain/``), else the
+one shipped recipe of the run's method and dataset (GPaCo's and PaCo's apart). It is composed by
+Hydra as the entry points compose it. Compared: every key the recipe sets, with the lr and the
+classifier lr per 256 images (both entry points scale them by the total batch), the total batch in
 place of the per-process batch, and the sampler whether the recipe sets one or not. Left out:
 what is bookkeeping or a column of the table already (paths, workers, checkpoints, logging,
 seed, devices, the dataset, epochs, backbone), the protocol options (flagged on their own) and
@@ -30,7 +30,7 @@ LEFT_OUT = (
     "data.train_split_file", "data.val_split_file", "data.no_labels", "data.sampler",
     "optimizer.batch_size", "optimizer.lr", "optimizer.classifier_lr", "environment",
 )  # fmt: skip
-# per 256 images: the recipes give them so, both doors scale them by the total batch
+# per 256 images: the recipes give them so, both entry points scale them by the total batch
 PER_256 = ("optimizer.lr", "optimizer.classifier_lr")
 # no sampler given (each image once an epoch) or one that draws so
 PLAIN_SAMPLERS = (None, *SHUFFLING)

@@ -270,7 +270,7 @@ STAGE_BEFORE = {
     "classifier_init": "default",
     "train_augmentation": "solo-learn",
 }
-# (both doors' classifier stages train with cross-entropy)
+# (both entry points' classifier stages train with cross-entropy)
 STAGE_LOSS = "ce"
 
 

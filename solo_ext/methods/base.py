@@ -118,10 +118,10 @@ def long_tail_knn(cfg: DictConfig) -> LongTailKNN | None:
     )
 
 
-# callbacks that a door which builds no Trainer of its own has every solo-ext method bring, each
-# a function of the model (solo-learn's main_pretrain.py, through the bridge: the per-epoch
-# seeding that makes a resumed run the uninterrupted one)
-DOOR_CALLBACKS: list[Callable[[Any], list[Any]]] = []
+# callbacks that every solo-ext method brings where an entry point builds no Trainer of its own,
+# each a function of the model (solo-learn's main_pretrain.py, through the plugin's patches: the
+# per-epoch seeding that makes a resumed run the uninterrupted one)
+SCRIPT_CALLBACKS: list[Callable[[Any], list[Any]]] = []
 
 
 class SoloExtMethod:
@@ -153,7 +153,7 @@ class SoloExtMethod:
     @classmethod
     def add_and_assert_specific_cfg(cls, cfg: DictConfig) -> DictConfig:
         """The host's defaults and checks, then the schedule's (solo-ext's included), for
-        both doors."""
+        both entry points."""
         cfg = super().add_and_assert_specific_cfg(cfg)
         check_schedule(cfg, cls._SCHEDULERS)
         return cfg
@@ -186,18 +186,19 @@ class SoloExtMethod:
     @classmethod
     def fit_to_loader(cls, cfg: DictConfig, data_format: str) -> str | None:
         """Adapts the run's config to what its loader (``data.format``) can give, for both
-        doors (solo-ext-pretrain and solo-learn's main_pretrain.py), before the model is built;
-        returns what it changed (said once), or None. The bridge names no method: what a method
-        needs from the loader is said here and in ``pretrain_transform``."""
+        entry points (solo-ext-pretrain and solo-learn's main_pretrain.py), before the model is
+        built; returns what it changed (said once), or None. The plugin's patches names no method:
+        what a method needs from the loader is said here and in ``pretrain_transform``."""
         return None
 
     def configure_callbacks(self) -> list[Any]:
-        """Lightning's hook: the callbacks of :data:`DOOR_CALLBACKS`."""
-        return [cb for make in DOOR_CALLBACKS for cb in make(self)]
+        """Lightning's hook: the callbacks of :data:`SCRIPT_CALLBACKS`."""
+        return [cb for make in SCRIPT_CALLBACKS for cb in make(self)]
 
     @classmethod
     def adapt_to_loader(cls, cfg: DictConfig, data_format: str) -> None:
-        """:meth:`fit_to_loader`, and what it changed said once: the one call of both doors."""
+        """:meth:`fit_to_loader`, and what it changed said once: the one call of both entry
+        points."""
         note = cls.fit_to_loader(cfg, data_format)
         if note:
             announce(note)

@@ -43,7 +43,7 @@ from solo_ext.modules import LabeledQueue, build_mlp
 def training_class_counts(cfg: DictConfig, method: str) -> list[int]:
     """The run's training images per class (``data.train_class_counts``); equal counts when the
     dataset is balanced and does not carry them (solo-learn's CIFAR and ImageNet). A
-    long-tailed dataset's counts are filled in before the model is built (both doors)."""
+    long-tailed dataset's counts are filled in before the model is built (both entry points)."""
     counts = omegaconf_select(cfg, "data.train_class_counts")
     if counts:
         return [int(c) for c in counts]

@@ -13,8 +13,8 @@
   ``os.replace``); an interrupted write leaves the previous file whole, and its temporary file
   is removed when the run resumes (:func:`remove_stale_temporaries`).
 
-Both doors use them: ``solo-ext-pretrain`` directly, solo-learn's ``main_pretrain.py`` through
-the bridge (its ``Checkpointer`` and ``AutoResumer``).
+Both entry points use them: ``solo-ext-pretrain`` directly, solo-learn's ``main_pretrain.py``
+through the patches (its ``Checkpointer`` and ``AutoResumer``).
 """
 
 from __future__ import annotations

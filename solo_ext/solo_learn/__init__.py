@@ -7,7 +7,9 @@ solo-learn module of :data:`PATCHES` has been executed, before a script binds it
 ``patch.patch`` applies the module's patch, one module here per solo-learn module, each with
 ``NEEDS`` (the names of solo-learn's module it relies on, checked first: ``check``) and
 ``apply``. ``parsed`` keeps the parsed run, which solo-learn's loaders are called without.
-``SOLO_EXT_AUTOLOAD=0`` switches all of it off, with the method registration.
+``SOLO_EXT_AUTOLOAD=0`` switches all of it off, with the method registration. One patch is
+not the hook's: ``backbones`` extends solo-learn's backbone table whenever solo-learn is the host
+(``solo_ext.host`` applies it), since solo-ext's own commands build backbones from it too.
 
 Nothing is imported here: the start-up hook reads this list at every interpreter start.
 """

@@ -35,7 +35,7 @@ def _register_into_solo() -> None:
         _broken(_TARGET, f"solo-ext's methods could not be registered ({err})")
 
 
-def _bridge(module) -> None:
+def _patch_module(module) -> None:
     try:
         from solo_ext.solo_learn.patch import patch
 
@@ -94,11 +94,11 @@ class AfterImport(importlib.abc.MetaPathFinder):
 
 
 class _SoloExtHook(AfterImport):
-    """solo-ext's: the registration after ``solo.methods``, the bridge after the others."""
+    """solo-ext's: the registration after ``solo.methods``, the patches after the others."""
 
     def __init__(self):
         super().__init__(
-            {_TARGET: lambda module: _register_into_solo(), **dict.fromkeys(PATCHES, _bridge)}
+            {_TARGET: lambda module: _register_into_solo(), **dict.fromkeys(PATCHES, _patch_module)}
         )
 
 
@@ -110,7 +110,7 @@ def install() -> None:
         return
     for name in PATCHES:  # imported before the hook: extend now
         if name in sys.modules:
-            _bridge(sys.modules[name])
+            _patch_module(sys.modules[name])
     if _TARGET in sys.modules:
         _register_into_solo()
     sys.meta_path.insert(0, _SoloExtHook())

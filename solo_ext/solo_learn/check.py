@@ -1,4 +1,4 @@
-"""What the bridge needs of solo-learn, checked when each patch is applied, and the one line that
+"""What the patches need of solo-learn, checked when each patch is applied, and the one line that
 stops a config using solo-ext when a need is missing.
 
 solo-learn has no plugin interface beyond its method registry: ``solo_ext.solo_learn``
@@ -22,15 +22,15 @@ from typing import Any
 from solo_ext.facts import SOLO_EXT_ONLY
 from solo_ext.runs.environment import solo_learn_version
 
-# the solo-learn release and commit the bridge is tested with (README, "Inside a real solo-learn
+# the solo-learn release and commit the patches are tested with (README, "Inside a real solo-learn
 # checkout")
 TESTED_WITH = ("1.0.6", "9187ea3")
 
 
 @dataclass(frozen=True)
 class Need:
-    """A name of a solo-learn module the bridge relies on; ``present(module)`` looks for it
-    (and, where the bridge depends on it, for its parameters or the globals it calls)."""
+    """A name of a solo-learn module the patches rely on; ``present(module)`` looks for it
+    (and, where the patches depend on it, for its parameters or the globals it calls)."""
 
     name: str
     present: Callable[[ModuleType], bool]
@@ -81,7 +81,7 @@ def method_of(cls_name: str, *methods: str) -> Need:
 
 
 def sets(cls_name: str, method: str, *attributes: str) -> Need:
-    """``cls_name.method`` sets these attributes (the bridge sets them instead on a resume)."""
+    """``cls_name.method`` sets these attributes (the patches set them instead on a resume)."""
 
     def present(module: ModuleType) -> bool:
         fn = getattr(getattr(module, cls_name, None), method, None)
@@ -97,7 +97,7 @@ BROKEN: dict[str, str] = {}
 
 
 def record_broken(module: str, what: str) -> None:
-    """Records that the bridge cannot work: ``what`` is missing for ``module``."""
+    """Records that the patches cannot work: ``what`` is missing for ``module``."""
     BROKEN.setdefault(module, what)
 
 
@@ -159,7 +159,7 @@ def broken_line(use: str) -> str:
     """The one line for a config that uses solo-ext (``use``) while a need is missing."""
     what = next(iter(BROKEN.values()))
     return (
-        f"{use} needs solo-ext's bridge into solo-learn, which cannot work with "
+        f"{use} needs solo-ext's patches of solo-learn, which cannot work with "
         f"{solo_learn_version()}: {what} (tested with solo-learn {TESTED_WITH[0]}, "
         f"commit {TESTED_WITH[1]})"
     )

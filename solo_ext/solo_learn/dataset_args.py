@@ -13,7 +13,7 @@ from solo_ext.solo_learn.check import Need, function
 # the names of the solo-learn module this patch needs (checked before it applies)
 def _dataset_choices(module: ModuleType) -> bool:
     """``dataset_args(parser)`` adds ``--dataset`` with a list of choices (argparse's private
-    ``_option_string_actions`` is how the bridge reaches it)."""
+    ``_option_string_actions`` is how the patches reach it)."""
     parser = argparse.ArgumentParser(add_help=False)
     try:
         module.dataset_args(parser)

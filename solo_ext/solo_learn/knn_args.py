@@ -45,7 +45,7 @@ def _knn_data(args: Any) -> Any:
 
 def knn_guarded(parse_args_knn):
     """``parse_args_knn`` that first stops, in one line, a ``main_knn.py`` command using
-    solo-ext (a solo-ext dataset, or the run of a solo-ext method) while the bridge is broken:
+    solo-ext (a solo-ext dataset, or the run of a solo-ext method) while the patches are broken:
     looked for in the command line, before argparse rejects a dataset it was not taught."""
 
     @functools.wraps(parse_args_knn)

@@ -18,7 +18,7 @@ NEEDS = (method_of("LinearModel", "validation_step", "on_validation_epoch_end"),
 
 def _decoupled_stages() -> list[str]:
     """The decoupled stages main_linear.py's ``classifier_stage`` names (none outside a run
-    parsed by the bridge)."""
+    parsed by the patches)."""
     from omegaconf import OmegaConf
 
     from solo_ext.eval.options import DECOUPLED_STAGES, stages_of

@@ -25,7 +25,7 @@ class Run:
     data: Any  # the checked ``data`` section (DictConfig)
     sampler: dict[str, Any] | None  # build_sampler arguments, None: solo-learn's shuffle
     cfg: Any = None  # the whole config (main_pretrain.py's; the method fills its keys in)
-    loader: Any = None  # main_pretrain.py's training loader, when the bridge built it
+    loader: Any = None  # main_pretrain.py's training loader, when the patches built it
     # main_linear.py with train_augmentation: pretrain: the evaluated run's query view
     stage_view: Any = None
 
@@ -140,7 +140,7 @@ def with_stats(dataset: str, cfg: Any) -> Any:
 
 def stage(key: str) -> Any:
     """A classifier-stage key of main_linear.py's run; outside one (a model built without the
-    bridge's parse_cfg), solo-learn's own stage."""
+    patched parse_cfg), solo-learn's own stage."""
     from solo_ext.eval.classifier_stage import SOLO_LEARN_STAGE
 
     if RUN is None or RUN.cfg is None or RUN.cfg.get(key) is None:

@@ -51,7 +51,7 @@ def _epoch_seed(model: Any) -> list[Any]:
     """solo-ext-pretrain's per-epoch seeding (``EpochSeed``: the global RNGs from (seed,
     epoch, rank), the sampler's epoch set when a checkpoint is loaded), which makes a resumed run
     the uninterrupted one, brought by a solo-ext method into main_pretrain.py's Trainer; nothing
-    where the door has its own or the bridge did not build the loader."""
+    where the entry point has its own or the patches did not build the loader."""
     from solo_ext.runs.resume import EpochSeed
 
     if parsed.RUN is None or parsed.RUN.loader is None:
@@ -87,10 +87,10 @@ def apply(module: ModuleType) -> None:
     def prepare_dataloader_(train_dataset, batch_size=64, num_workers=4):
         if parsed.RUN is None or parsed.RUN.sampler is None:
             return prepare_dataloader(train_dataset, batch_size, num_workers)
-        from solo_ext.methods.base import DOOR_CALLBACKS
+        from solo_ext.methods.base import SCRIPT_CALLBACKS
 
-        if _epoch_seed not in DOOR_CALLBACKS:
-            DOOR_CALLBACKS.append(_epoch_seed)
+        if _epoch_seed not in SCRIPT_CALLBACKS:
+            SCRIPT_CALLBACKS.append(_epoch_seed)
         parsed.RUN.loader = parsed.train_loader(train_dataset, batch_size, num_workers)
         return parsed.RUN.loader
 

@@ -14,7 +14,7 @@ tests/test_solo_learn_scripts.py (on ``PYTHONPATH``, so DDP's child processes lo
   ``torch.save`` of a file whose name contains ``<text>``: half the bytes are on disk.
 - ``SOLO_EXT_TEST_RENAME=<module>:<name>``: renames a name of a solo-learn module (or
   ``<Class>.<name>``) to ``<name>_renamed`` right after the module is executed, before solo-ext's
-  bridge looks at it: a solo-learn release that renamed what the bridge needs.
+  patches look at it: a solo-learn release that renamed what the patches need.
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ if os.environ.get("SOLO_EXT_TEST_KILL_AT"):
                 if trainer.global_step == step:
                     _kill_all()
 
-        base.DOOR_CALLBACKS.append(lambda model: [KillAt()])
+        base.SCRIPT_CALLBACKS.append(lambda model: [KillAt()])
 
     AFTER["solo_ext.methods.base"] = _kill_at
 if os.environ.get("SOLO_EXT_TEST_KILL_IN_SAVE"):

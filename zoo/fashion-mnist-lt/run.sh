@@ -15,8 +15,8 @@
 # each command's log in $OUT/logs and each command's wall time in $OUT/times.tsv. EPOCHS: the
 # pretraining budget (the recipes' 5 by default; the untrained floor is always one epoch);
 # VAL_EVERY: validate the online classifier every so many epochs (it reads the 10,000 test
-# images, as long as an epoch of training); PHASES: "pretrain linear", or one of them; DOORS:
-# the methods run through solo-learn's own scripts too ("" for none).
+# images, as long as an epoch of training); PHASES: "pretrain linear", or one of them;
+# SOLO_LEARN_SCRIPTS: the methods run through solo-learn's own scripts too ("" for none).
 #
 # Rows beyond the recipes: PBSD's ablations, each the pbsd recipe with one key changed:
 #   pbsd-w0         ++method_kwargs.pbsd_weight=0 (the patch forwards without their loss)
@@ -31,7 +31,7 @@ OUT="${OUT:-$PWD/zoo-runs/fashion-mnist-lt}"
 SOLO_LEARN_DIR="${SOLO_LEARN_DIR:?set SOLO_LEARN_DIR to the checkout of solo-learn}"
 SEEDS="${SEEDS:-0 1 2}"
 ROWS="${ROWS:-untrained scl dscl pbsd kcl tsc paco gpaco bcl densecl all4one_ct mocov2plus supcon simclr byol}"
-DOORS="${DOORS-dscl pbsd}"
+SOLO_LEARN_SCRIPTS="${SOLO_LEARN_SCRIPTS-dscl pbsd}"
 EPOCHS="${EPOCHS:-5}"
 VAL_EVERY="${VAL_EVERY:-1}"
 PHASES="${PHASES:-pretrain linear}"
@@ -101,7 +101,7 @@ for seed in $SEEDS; do
       touch "$where/done"
     fi
   done
-  for method in $DOORS; do  # solo-learn's own scripts, unmodified
+  for method in $SOLO_LEARN_SCRIPTS; do  # solo-learn's own scripts, unmodified
     has pretrain && has linear || continue
     where="$OUT/solo-learn-scripts-$method/seed$seed"
     if [ ! -f "$where/done" ]; then

@@ -1,6 +1,6 @@
-"""The bridge (``solo_ext.solo_learn``) on stand-ins of solo-learn's modules, so that CI (which
-cannot install solo-learn) checks what the bridge adds; tests/test_solo_learn_scripts.py runs the
-real scripts.
+"""The plugin's patches (``solo_ext.solo_learn``) on stand-ins of solo-learn's modules, so that CI
+(which cannot install solo-learn) checks what the patches add; tests/test_solo_learn_scripts.py runs
+the real scripts.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from solo_ext.data.longtail import lt_counts
 from solo_ext.data.samplers import build_sampler
 from solo_ext.solo_learn import PATCHES, parsed
 from solo_ext.solo_learn import autoload as _autoload
-from solo_ext.solo_learn import check as bridge_check
+from solo_ext.solo_learn import check as patch_check
 from solo_ext.solo_learn.patch import patch
 
 
@@ -27,7 +27,7 @@ from solo_ext.solo_learn.patch import patch
 def no_run():
     yield
     parsed.RUN = None
-    assert not bridge_check.BROKEN, "a stand-in lacks a need of the bridge"
+    assert not patch_check.BROKEN, "a stand-in lacks a need of the patches"
 
 
 @pytest.fixture(autouse=True)
@@ -83,7 +83,7 @@ def test_every_patch_declares_its_needs_and_how_it_applies():
     for target, name in PATCHES.items():
         module = importlib.import_module(f"solo_ext.solo_learn.{name}")
         assert module.NEEDS and callable(module.apply), target
-        assert module.NEEDS == bridge_check.needs_of(target)
+        assert module.NEEDS == patch_check.needs_of(target)
 
 
 def test_parse_cfg_takes_solo_exts_dataset_and_fills_what_the_run_needs():
@@ -115,7 +115,7 @@ def test_parse_cfg_errors_are_one_line(data, message, capsys):
 
 
 def test_a_library_call_raises_the_config_error(monkeypatch, capsys):
-    """Outside solo-learn's scripts (its own tests, a user's code) the bridge's checks raise, as
+    """Outside solo-learn's scripts (its own tests, a user's code) the patches' checks raise, as
     solo-learn's own checks do; nothing is printed and the process goes on."""
     from solo_ext.config import ConfigError
 
@@ -193,7 +193,7 @@ def test_pbsd_with_dali_cuts_its_patches_on_the_device_and_says_so(capsys, tmp_p
 
 
 def test_a_bad_method_key_stops_solo_learns_parse_cfg_in_one_line(capsys, tmp_path):
-    """solo-learn checks a method's keys only when it builds the model (a traceback); the bridge
+    """solo-learn checks a method's keys only when it builds the model (a traceback); the patches
     checks a solo-ext method's keys in ``parse_cfg``."""
     module = stand_in_args()
     cfg = tiny_cfg("dscl", tmp_path, **{"method_kwargs.temperature": -1})
@@ -205,11 +205,11 @@ def test_a_bad_method_key_stops_solo_learns_parse_cfg_in_one_line(capsys, tmp_pa
     assert line.endswith("error: method_kwargs.temperature=-1: must be a number > 0"), line
 
 
-# --- the bridge checks what it patches --------------------------------------------------------
+# --- the patches check what it patches --------------------------------------------------------
 
 
 def healthy(name: str) -> types.ModuleType:
-    """A stand-in of solo-learn's module ``name`` with every name the bridge needs of it."""
+    """A stand-in of solo-learn's module ``name`` with every name the patches need of it."""
     module = types.ModuleType(name)
     code = {
         "solo.args.pretrain": "_SUPPORTED_DATASETS = ['cifar10', 'custom']\n"
@@ -270,7 +270,7 @@ def _redefine(source: str):
     return lambda module: exec(source, module.__dict__)
 
 
-# every need of the bridge, and how a solo-learn release could lose it: renamed (gone under its
+# every need of the patches, and how a solo-learn release could lose it: renamed (gone under its
 # name), or changed (other parameters, no choices, calls that no longer pass through the module)
 LOSE = {
     "parse_cfg(cfg)": _drop("parse_cfg"),
@@ -311,14 +311,14 @@ LOSE = {
     ),
     "AutoResumer.find_checkpoint": _redefine("class AutoResumer: pass\n"),
 }
-NEEDED = [(module, need.name) for module in PATCHES for need in bridge_check.needs_of(module)]
+NEEDED = [(module, need.name) for module in PATCHES for need in patch_check.needs_of(module)]
 
 
 @pytest.fixture
 def broken(monkeypatch):
     """A fresh record of what is broken, for this test only."""
-    monkeypatch.setattr(bridge_check, "BROKEN", {})
-    return bridge_check.BROKEN
+    monkeypatch.setattr(patch_check, "BROKEN", {})
+    return patch_check.BROKEN
 
 
 def test_every_need_is_tried_here():
@@ -327,7 +327,7 @@ def test_every_need_is_tried_here():
 
 def test_healthy_stand_ins_have_every_need():
     for module in PATCHES:
-        assert bridge_check.missing(healthy(module)) is None, module
+        assert patch_check.missing(healthy(module)) is None, module
 
 
 def stops_in_one_line(parse_cfg, cfg, capsys, *names: str) -> str:
@@ -346,7 +346,7 @@ def test_a_missing_name_stops_a_solo_ext_config_and_lets_solo_learns_run(
 ):
     module = healthy(module_name)
     LOSE[need](module)
-    assert bridge_check.missing(module) == need
+    assert patch_check.missing(module) == need
     patch(module)
     assert broken == {module_name: f"{module_name} has no {need}"}
     assert not hasattr(module, "_SUPPORTED_DATASETS") or "synthetic_lt" not in vars(module).get(
@@ -440,7 +440,7 @@ def test_a_solo_ext_method_gets_solo_exts_views_in_main_pretrain(tmp_path):
 
 
 def stand_in_linear_model() -> types.ModuleType:
-    """``solo.methods.linear``'s contract as the bridge uses it: a classifier, a backbone that
+    """``solo.methods.linear``'s contract as the patches use it: a classifier, a backbone that
     ``training_step`` puts in eval mode before its forward (no gradient), validation hooks."""
     import torch
     from torch import nn
@@ -512,7 +512,7 @@ def test_main_linears_stage_runs_the_frozen_backbone_in_train_mode_as_published(
 
 
 def test_main_linears_stage_trains_on_the_runs_view_or_the_published_crops():
-    """main_linear.py's training crops: the run's query view (``pretrain``, what the bridge's
+    """main_linear.py's training crops: the run's query view (``pretrain``, what the patches'
     parse_cfg read from the run's args.json), the official stage's crops (``published``), or
     solo-learn's own (``solo-learn``); its validation transform stays solo-learn's."""
     from conftest import AUGMENTATION
@@ -541,9 +541,9 @@ def test_main_linears_stage_trains_on_the_runs_view_or_the_published_crops():
     assert loader.prepare_transforms("cifar100") == ("solo-learn's crops", "solo-learn's val")
 
 
-def test_the_bridge_names_no_method():
+def test_the_patches_name_no_method():
     """What a method needs from the loader is said by the method's class (fit_to_loader,
-    pretrain_transform, SOLO_LEARN_CROPS); the bridge branches on no method's name."""
+    pretrain_transform, SOLO_LEARN_CROPS); the patches branch on no method's name."""
     from solo_ext.methods.registry import SOLO_EXT_METHODS
 
     for path in Path(parsed.__file__).parent.glob("*.py"):
@@ -553,7 +553,7 @@ def test_the_bridge_names_no_method():
                 assert quoted not in source, (path.name, quoted)
 
 
-def test_solo_ext_pretrain_fits_pbsd_to_dali_as_the_bridge_does(capsys, tmp_path):
+def test_solo_ext_pretrain_fits_pbsd_to_dali_as_the_patches_do(capsys, tmp_path):
     from solo_ext.commands.pretrain import parse_cfg
 
     cfg = tiny_cfg("pbsd", tmp_path, **{"data.format": "dali", "dali.device": "cpu"})

@@ -1,8 +1,8 @@
-"""A resolved recipe's effective values, in the vocabulary of ``official_runs.yaml``.
+"""A resolved recipe's effective values, in the vocabulary of ``runs.yaml``.
 
 The values are those the run trains with, not those the file writes: the lr after the batch
-scaling both doors apply (``optimizer.lr`` x total batch / 256), the lr of given epochs as the
-method's own ``configure_optimizers`` steps it (per iteration or per epoch, as the run would),
+scaling both entry points apply (``optimizer.lr`` x total batch / 256), the lr of given epochs as
+the method's own ``configure_optimizers`` steps it (per iteration or per epoch, as the run would),
 the crops' augmentation values with their declared defaults filled in.
 """
 
@@ -22,7 +22,7 @@ from omegaconf import DictConfig, OmegaConf
 from solo_ext.config import select, world_size
 from solo_ext.data.transforms import AUGMENTATION_OPTIONS, augmentation_value
 
-OFFICIAL_RUNS = Path(__file__).with_name("official_runs.yaml")
+OFFICIAL_RUNS = Path(__file__).with_name("runs.yaml")
 # the header block of a recipe that names its differences (one "#   key[, key]: why" a line)
 DIFFERS = "Differs from the official run"
 
@@ -137,8 +137,8 @@ def _views(cfg: DictConfig) -> dict[str, Any]:
 def effective_values(
     cfg: DictConfig, keys: Iterable[str], steps_per_epoch: int = 100
 ) -> dict[str, Any]:
-    """The effective value of each of ``keys`` (``official_runs.yaml``'s names) for the
-    pretraining config ``cfg``, resolved by a door's ``parse_cfg`` and its method's
+    """The effective value of each of ``keys`` (``runs.yaml``'s names) for the
+    pretraining config ``cfg``, resolved by an entry point's ``parse_cfg`` and its method's
     ``add_and_assert_specific_cfg``; ``steps_per_epoch`` the official run's iterations per
     epoch. A key the recipe does not have is absent."""
     keys = list(keys)
@@ -233,21 +233,21 @@ class _Features(torch.nn.Module):
 def linear_effective_values(
     cfg: DictConfig,
     keys: Iterable[str],
-    door: str,
+    entry: str,
     width: int = 2048,
     run_view: DictConfig | None = None,
 ) -> dict[str, Any]:
-    """The effective values of a linear (classifier stage) recipe ``cfg`` resolved by ``door``
-    (``solo-ext-linear``: :func:`solo_ext.commands.linear.resolve`; ``main_linear.py``: solo-learn's
-    ``parse_cfg`` through the bridge), the lr of each epoch from the door's own optimizer and
-    schedule (``solo_ext.commands.linear_stage.SGDSchedule``; solo-learn's ``LinearModel``).
-    ``run_view``: the evaluated run's query view, which ``train_augmentation: pretrain`` trains
-    on (each door reads it from the run's ``args.json``)."""
+    """The effective values of a linear (classifier stage) recipe ``cfg`` resolved by ``entry``
+    (``solo-ext-linear``: :func:`solo_ext.commands.linear.resolve`; ``main_linear.py``:
+    solo-learn's ``parse_cfg`` through the plugin's patches), the lr of each epoch from the entry
+    point's own optimizer and schedule (``solo_ext.commands.linear_stage.SGDSchedule``; solo-learn's
+    ``LinearModel``). ``run_view``: the evaluated run's query view, which ``train_augmentation:
+    pretrain`` trains on (each entry point reads it from the run's ``args.json``)."""
     from solo_ext.eval.classifier_stage import train_augmentation_entry
 
     keys = list(keys)
     epochs = sorted({int(k.split(".", 1)[1]) for k in keys if k.startswith("lr_at.")} | {0})
-    if door == "solo-ext-linear":
+    if entry == "solo-ext-linear":
         from solo_ext.commands.linear import stage_sampler
         from solo_ext.commands.linear_stage import SGDSchedule
 
@@ -276,7 +276,7 @@ def linear_effective_values(
         for sched in scheds:
             (sched["scheduler"] if isinstance(sched, Mapping) else sched).step()
     name = str(cfg.scheduler.name)
-    no_warmup = name in ("step", "none") or door == "solo-ext-linear"
+    no_warmup = name in ("step", "none") or entry == "solo-ext-linear"
     warmup = 0.0 if no_warmup else float(cfg.scheduler.warmup_epochs)
     augmentation = select(cfg, "train_augmentation")
     entry = train_augmentation_entry(cfg.data.dataset, augmentation, run_view)
@@ -294,7 +294,7 @@ def linear_effective_values(
         # (solo-ext-linear's cosine has no warm-up)
         "warmup_epochs": warmup,
         "schedule": {"warmup_cosine": "cosine"}.get(name, name),
-        "schedule_step": "epoch",  # (both doors step the stage's schedule per epoch)
+        "schedule_step": "epoch",  # (both entry points step the stage's schedule per epoch)
         "lr_decay_epochs": list(cfg.scheduler.lr_decay_steps) if name == "step" else [],
         "sync_bn": bool(select(cfg, "sync_batchnorm")),
         "sampler": sampler,
