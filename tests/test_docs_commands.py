@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, fake_cifar, fake_images
+from conftest import ROOT, SOLO_LEARN_DIR, fake_cifar, fake_images
 
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 MARKED = re.compile(r"<!-- command: ([a-z0-9-]+) -->\n```bash\n(.*?)```", re.S)
@@ -117,8 +117,10 @@ RUNS = {
     "tutorial-cifar100-lt-seeds": Block(data="cifar100", leaves=["trained_models/dscl/*/*.ckpt"]),
 }
 # checked elsewhere: CI runs the set-up block (test_readme.py), test_cli.py the main job; the
-# fresh solo-learn install downloads it (test_the_fresh_install_names_the_tested_solo_learn)
-ELSEWHERE = {"setup", "main-job", "install-fresh"}
+# fresh solo-learn install downloads it (test_the_fresh_install_names_the_tested_solo_learn);
+# CI's second environment runs the block of the tests that need solo-learn
+# (test_ci_runs_the_solo_learn_tests_as_shown)
+ELSEWHERE = {"setup", "main-job", "install-fresh", "test-solo-learn"}
 
 
 def blocks() -> dict[str, tuple[Path, str]]:
@@ -202,16 +204,13 @@ def made(tmp_path_factory) -> dict:
     return {"root": tmp_path_factory.mktemp("made")}
 
 
-@pytest.mark.parametrize("name", sorted(RUNS))
+@pytest.mark.parametrize(
+    "name", [pytest.param(n, marks=[pytest.mark.solo_learn] * RUNS[n].solo) for n in sorted(RUNS)]
+)
 def test_the_block_runs_as_shown(name, tmp_path, made):
     spec = RUNS[name]
     page, body = blocks()[name]
-    solo_dir = os.environ.get("SOLO_LEARN_DIR")
-    if spec.solo:
-        from solo_ext.host import HOST
-
-        if HOST != "solo" or not solo_dir:
-            pytest.skip("solo-learn's own scripts: needs solo-learn importable and SOLO_LEARN_DIR")
+    solo_dir = SOLO_LEARN_DIR
     cwd = tmp_path / "work"
     cwd.mkdir()
     _stand_in(spec.data, cwd)
@@ -247,7 +246,7 @@ def test_the_block_runs_as_shown(name, tmp_path, made):
 
 def test_the_fresh_install_names_the_tested_solo_learn():
     """The fresh-checkout install cannot run here (it downloads solo-learn); what it states is
-    held: the commit is the one the bridge names, and the pins it speaks of are solo-learn's."""
+    held: the commit is the one the patches name, and the pins it speaks of are solo-learn's."""
     from solo_ext.solo_learn.check import TESTED_WITH
 
     page, body = blocks()["install-fresh"]
@@ -261,3 +260,18 @@ def test_the_fresh_install_names_the_tested_solo_learn():
         pins = (Path(solo_dir) / "requirements.txt").read_text().replace(" ", "").splitlines()
         assert "lightning==2.1.2" in pins
         assert any(p.startswith("torchmetrics") and p.endswith("<0.12.0") for p in pins), pins
+
+
+def test_ci_runs_the_solo_learn_tests_as_shown():
+    """The installs and the test command of docs/install.md's "Testing against solo-learn" are
+    those .ci/run's second environment runs (its checkout for /path/to/solo-learn)."""
+    _, body = blocks()["test-solo-learn"]
+    ci = (ROOT / ".ci" / "run").read_text()
+    for line in body.strip().splitlines():
+        command = line.split("  #")[0].strip()
+        if command.startswith("pip install"):
+            assert command in ci, command
+        else:
+            assert command.startswith("SOLO_LEARN_DIR=/path/to/solo-learn "), command
+            for word in command.split()[1:]:
+                assert word in ci, word

@@ -27,7 +27,7 @@ def test_two_setup_commands_run_by_ci():
     setup = _block("setup")
     assert _blocks()[:2] == [setup, _block("main-job")]  # the README's first two blocks
     assert setup == ['pip install -e ".[test,dali]"', "pytest"]
-    ci = (ROOT / ".ci" / "run").read_text().splitlines()
+    ci = [line.strip() for line in (ROOT / ".ci" / "run").read_text().splitlines()]
     for command in setup:
         assert command in ci, f".ci/run does not run the README's {command!r}"
 
