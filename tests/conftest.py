@@ -367,7 +367,10 @@ def outside(option) -> list:
     above = None if high is None else (high if option.high_open else high + 1)
     if option.kind == "pair":
         start = 0.0 if low is None else low
-        a, b = (start + (high - start) / 4, start + 3 * (high - start) / 4) if high else (0.5, 2.0)
+        if high is None:  # no upper bound: 0.5 and 2 above the lower one
+            a, b = start + 0.5, start + 2.0
+        else:  # a quarter and three quarters of the way up (a bound of 0 included)
+            a, b = start + (high - start) / 4, start + 3 * (high - start) / 4
         values = [word, [a], [b, a]]
         values += [] if below is None else [[below, b]]
         return values + ([] if above is None else [[a, above]])
