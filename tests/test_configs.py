@@ -151,12 +151,14 @@ def tiny_run(tmp_path_factory) -> Path:
 
 @pytest.mark.parametrize("name", configs("linear"))
 def test_linear_config_keys(name: str):
-    """solo-learn's linear keys (main_linear.py reads them) and solo-ext-linear's own."""
+    """solo-learn's linear keys (main_linear.py reads them) and solo-ext-linear's own; the run
+    is taken by either key (main_linear.py's checkpoint, or solo-ext-linear's run directory)."""
     cfg = compose_config("linear", name)
     defaults = OmegaConf.load(ROOT / "solo_ext" / "conf" / "linear.yaml")
     unknown = set(cfg) - set(defaults) - set(linear.SOLO_LINEAR_KEYS)
     assert unknown == {"pretrained_feature_extractor"}, unknown
     assert OmegaConf.is_missing(cfg, "pretrained_feature_extractor")
+    assert "pretrained_checkpoint_dir" in cfg and cfg.pretrained_checkpoint_dir is None
     assert cfg.data.sampler.name == "class_balanced"
 
 
