@@ -11,7 +11,10 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 from conftest import ROOT, mains_in_one_process
+from omegaconf import OmegaConf
+from test_configs import compose_config
 
 # the README's main job, run below with TINY appended
 MAIN_JOB = ["solo-ext-pretrain", "--config-name", "synthetic-lt/pbsd"]
@@ -215,6 +218,37 @@ def test_cfg_job_after_the_overrides(tmp_path, command):
     argv = ["--config-name", "synthetic-lt/scl", "seed=7", "--cfg", "job"]
     code, out, _ = command(main, "solo-ext-pretrain", *argv, cwd=tmp_path)
     assert code == 0 and "seed: 7" in out and list(tmp_path.iterdir()) == []
+
+
+def test_a_config_name_or_method_kwargs_typo_says_what_to_type(tmp_path, command):
+    """A recipe name that is none: one line with the closest names and the recipes' folder. An
+    evaluation config named by the run's method (``<dataset>/<method>``) is the data set's one
+    config. A ``method_kwargs`` key without ``+``: a typo gets the closest key in one line, a
+    declared key the recipe does not list is set."""
+    from solo_ext.commands import mains
+
+    code, _, err = command(
+        mains.pretrain, "solo-ext-pretrain", "--config-name", "cifar100-lt/dscll"
+    )
+    assert code == 2 and err.count("\n") == 1, err
+    assert "--config-name=cifar100-lt/dscll" in err and "'cifar100-lt/dscl'" in err
+    assert str(ROOT / "scripts" / "pretrain") in err
+    argv = ["--config-name", "synthetic-lt/dscl", "method_kwargs.temprature=0.1"]
+    code, _, err = command(mains.pretrain, "solo-ext-pretrain", *argv, cwd=tmp_path)
+    assert code == 2 and err.count("\n") == 1, err
+    assert "method_kwargs.temprature=0.1" in err and "'temperature'" in err
+    argv = ["--config-name", "synthetic-lt/dscl", "method_kwargs.queue_start=empty", "--cfg", "job"]
+    code, out, _ = command(mains.pretrain, "solo-ext-pretrain", *argv, cwd=tmp_path)
+    assert code == 0 and yaml.safe_load(out)["method_kwargs"]["queue_start"] == "empty"
+    for main, prog, own in (
+        (mains.linear, "solo-ext-linear", "dscl"),
+        (mains.knn, "solo-ext-knn", "scl"),
+    ):
+        argv = ["--config-name", "cifar100-lt/pbsd", "--cfg", "job"]
+        code, out, _ = command(main, prog, *argv, cwd=tmp_path)
+        shown = compose_config(prog.split("-")[-1], f"cifar100-lt/{own}")
+        assert code == 0 and yaml.safe_load(out) == OmegaConf.to_container(shown), prog
+    assert list(tmp_path.iterdir()) == []
 
 
 # what solo-ext-pretrain says when it is started without a recipe

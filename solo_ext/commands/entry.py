@@ -5,6 +5,7 @@ it)."""
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import os
 import sys
@@ -116,6 +117,72 @@ def names_a_config(argv: list[str]) -> bool:
     return any(a in ("--config-name", "-cn") or a.startswith("--config-name=") for a in argv)
 
 
+def _config_name_at(argv: list[str]) -> tuple[int, str, str] | None:
+    """Where the command line names its config: (index, the name, the argument's prefix)."""
+    for i, arg in enumerate(argv):
+        if arg in ("--config-name", "-cn") and i + 1 < len(argv):
+            return i + 1, argv[i + 1], ""
+        if arg.startswith("--config-name="):
+            return i, arg.split("=", 1)[1], "--config-name="
+    return None
+
+
+def recipe_names(kind: str) -> list[str]:
+    """The names ``--config-name`` takes for the recipes of ``scripts/<kind>``
+    (``<dataset>/<method>``, and the short names of the folder itself), and the commands'
+    packaged defaults."""
+    from hydra_plugins.solo_ext_configs import scripts_dir  # (no torch)
+
+    root = scripts_dir() / kind
+    names = [p.stem for p in Path(CONF).glob("*.yaml")] + [p.stem for p in root.glob("*.yaml")]
+    return names + [
+        f"{p.parent.name}/{p.stem}"
+        for p in root.glob("*/*.yaml")
+        if p.parent.name != "ext_defaults"
+    ]
+
+
+def resolve_config_name(prog: str, argv: list[str], kind: str) -> list[str]:
+    """``argv`` with its ``--config-name`` checked against the recipes of ``scripts/<kind>``
+    (a name with ``--config-path`` is left to Hydra). An evaluation config named by the run's
+    method (``<dataset>/<method>`` where the dataset has one ``kind`` config, e.g.
+    ``cifar100-lt/pbsd`` for ``solo-ext-linear``) is that config; any other unknown name is a
+    ConfigError naming the closest recipes and their folder."""
+    from hydra_plugins.solo_ext_configs import scripts_dir  # (no torch)
+
+    at = _config_name_at(argv)
+    if (
+        at is None
+        or scripts_dir() is None
+        or any(a.startswith(("--config-path", "-cp")) for a in argv)
+    ):
+        return argv
+    i, given, prefix = at
+    name = given.removesuffix(".yaml")
+    names = recipe_names(kind)
+    if name in names:
+        return argv
+    folder = scripts_dir() / kind / name.split("/")[0]
+    own = sorted(folder.glob("*.yaml")) if "/" in name and kind != "pretrain" else []
+    if len(own) == 1:  # the data set's one evaluation config: every method's run takes it
+        resolved = f"{folder.name}/{own[0].stem}"
+        print(f"{prog}: {name} is {resolved}, {folder.name}'s {kind} config", file=sys.stderr)
+        return [*argv[:i], prefix + resolved, *argv[i + 1 :]]
+    close = difflib.get_close_matches(name, names, n=3, cutoff=0.5)
+    hint = f" (did you mean {', '.join(map(repr, close))}?)" if close else ""
+    raise ConfigError(
+        f"--config-name={given}: no such recipe{hint}; the recipes are the files under "
+        f"{scripts_dir() / kind} ({prog} --help lists them)"
+    )
+
+
+def method_kwargs_anyway(argv: list[str]) -> list[str]:
+    """``method_kwargs.<key>=<value>`` given without ``+`` is set whether or not the recipe
+    lists the key (``++``): the method's own check then takes every declared key and names the
+    closest one for a typo, in one line, instead of Hydra's struct error."""
+    return ["++" + a if a.startswith("method_kwargs.") and "=" in a else a for a in argv]
+
+
 def hydra_entry(
     prog: str,
     run: str,
@@ -162,6 +229,12 @@ def hydra_entry(
             if plain:
                 with one_line_errors(prog):
                     raise no_recipe(f"{plain[0]} sets a recipe's key")
+        if help_info is not None and help_info.recipes is not None:
+            with one_line_errors(prog):
+                argv = resolve_config_name(prog, argv, help_info.recipes)
+        if config_name is None:  # (pretraining: the recipes' method_kwargs)
+            argv = method_kwargs_anyway(argv)
+        sys.argv = [sys.argv[0], *argv]
         template = None
         if help_info is not None and any(a in HELP_FLAGS for a in sys.argv[1:]):
             with_config = config_name is not None or names_a_config(sys.argv[1:])
