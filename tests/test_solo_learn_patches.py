@@ -13,10 +13,7 @@ import pytest
 import torch
 from conftest import AUGMENTATION, tiny_cfg
 from omegaconf import OmegaConf
-from torchvision.transforms.functional import to_tensor
 
-from solo_ext.data.longtail import lt_counts
-from solo_ext.data.samplers import build_sampler
 from solo_ext.solo_learn import PATCHES, parsed
 from solo_ext.solo_learn import autoload as _autoload
 from solo_ext.solo_learn import check as patch_check
@@ -86,34 +83,6 @@ def test_every_patch_declares_its_needs_and_how_it_applies():
         assert module.NEEDS == patch_check.needs_of(target)
 
 
-def test_parse_cfg_takes_solo_exts_dataset_and_fills_what_the_run_needs():
-    module = stand_in_args()
-    cfg = module.parse_cfg(synthetic_cfg(sampler={"name": "class_balanced"}))
-    assert "synthetic_lt" in module._SUPPORTED_DATASETS
-    assert cfg.data.num_classes == 5  # solo-ext's count, not solo-learn's folder count
-    assert cfg.data.train_class_counts == lt_counts(16, 5, 4)
-    assert cfg.backbone.kwargs.small_image_stem is True
-    assert parsed.RUN.sampler == {"name": "class_balanced", "seed": 3}
-
-
-@pytest.mark.parametrize(
-    "data,message",
-    [
-        ({"sampler": {"name": "clas_balancd"}}, "(did you mean 'class_balanced'?)"),
-        ({"sampler": {"name": "sqrt", "powr": 1}}, "data.sampler.powr=1"),
-        ({"imbalance_factor": 0.5}, "data.imbalance_factor=0.5"),
-    ],
-)
-def test_parse_cfg_errors_are_one_line(data, message, capsys):
-    module = stand_in_args()
-    with pytest.raises(SystemExit) as stop:
-        module.parse_cfg(synthetic_cfg(**data))
-    assert stop.value.code == 2
-    (line,) = capsys.readouterr().err.splitlines()
-    assert line.startswith(f"{parsed.prog()}: error: ") and message in line
-    assert parsed.RUN is None
-
-
 def test_a_library_call_raises_the_config_error(monkeypatch, capsys):
     """Outside solo-learn's scripts (its own tests, a user's code) the patches' checks raise, as
     solo-learn's own checks do; nothing is printed and the process goes on."""
@@ -146,24 +115,6 @@ def test_dali_that_cannot_run_here_stops_parse_cfg_in_one_line(capsys, monkeypat
         assert parsed.RUN is None
 
 
-def test_loaders_build_the_dataset_and_draw_with_the_sampler():
-    stand_in_args().parse_cfg(synthetic_cfg(sampler={"name": "class_balanced"}))
-    module = healthy("solo.data.pretrain_dataloader")
-    module.prepare_datasets = lambda dataset, transform, **_: pytest.fail("solo-learn's builder")
-    module.prepare_dataloader = lambda train_dataset, batch_size, num_workers: pytest.fail(
-        "solo-learn's shuffle"
-    )
-    patch(module)
-    dataset = module.prepare_datasets("synthetic_lt", lambda image: [to_tensor(image)])
-    index, views, label = dataset[3]
-    assert index == 3 and len(views) == 1 and label == dataset.dataset.targets[3]
-    loader = module.prepare_dataloader(dataset, batch_size=4, num_workers=0)
-    labels = dataset.dataset.targets
-    order = list(build_sampler("class_balanced", labels, seed=3))
-    drawn = [int(t) for _, _, targets in loader for t in targets]
-    assert drawn == [labels[i] for i in order][: len(order) // 4 * 4]
-
-
 def test_two_after_import_hooks_on_one_module_both_run_once(tmp_path, monkeypatch):
     """solo-ext's hook beside another one (the tests' spy does this to solo-learn's modules):
     each finds the module through the other without recursing, and both callbacks run once,
@@ -190,19 +141,6 @@ def test_pbsd_with_dali_cuts_its_patches_on_the_device_and_says_so(capsys, tmp_p
     module.parse_cfg(cfg)
     assert cfg.method_kwargs.patch_source == "device"
     assert "DALI's reader cannot make the published patches" in capsys.readouterr().out
-
-
-def test_a_bad_method_key_stops_solo_learns_parse_cfg_in_one_line(capsys, tmp_path):
-    """solo-learn checks a method's keys only when it builds the model (a traceback); the patches
-    checks a solo-ext method's keys in ``parse_cfg``."""
-    module = stand_in_args()
-    cfg = tiny_cfg("dscl", tmp_path, **{"method_kwargs.temperature": -1})
-    cfg.data.dataset = "custom"
-    with pytest.raises(SystemExit) as info:
-        module.parse_cfg(cfg)
-    assert info.value.code == 2
-    (line,) = capsys.readouterr().err.strip().splitlines()
-    assert line.endswith("error: method_kwargs.temperature=-1: must be a number > 0"), line
 
 
 # --- the patches check what it patches --------------------------------------------------------
