@@ -24,12 +24,25 @@ def _block(name: str) -> list[str]:
 
 
 def test_two_setup_commands_run_by_ci():
+    """The README's first blocks: the install into solo-learn's environment, the development
+    set-up (CI runs it), the main job."""
     setup = _block("setup")
-    assert _blocks()[:2] == [setup, _block("main-job")]  # the README's first two blocks
+    assert _blocks()[:3] == [_block("install-into-solo-learn"), setup, _block("main-job")]
+    assert _block("install-into-solo-learn")[0] == "pip install -e ."
     assert setup == ['pip install -e ".[test,dali]"', "pytest"]
     ci = [line.strip() for line in (ROOT / ".ci" / "run").read_text().splitlines()]
     for command in setup:
         assert command in ci, f".ci/run does not run the README's {command!r}"
+
+
+def test_the_install_states_the_version_floors():
+    """The version floors the README says the install may raise are pyproject.toml's."""
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    floors = [d.split("#")[0].strip().split(">=") for d in project["dependencies"] if ">=" in d]
+    stated = re.search(r"solo-ext's version floors: (.*?) \(", " ".join(README.split()))
+    assert stated and stated.group(1) == ", ".join(f"{name} {floor}" for name, floor in floors)
 
 
 def test_main_job_command_is_the_tested_one():
