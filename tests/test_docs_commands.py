@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -75,6 +76,7 @@ class Block:
     before: list[str] = field(default_factory=list)
     solo: bool = False
     installs: bool = False  # its `pip install` lines are not run (they would change this env)
+    nodes: int = 1  # run this many times at once, as the machines of one run (NODE_RANK)
     leaves: list[str] = field(default_factory=list)
     cwd_root: bool = False  # runs in the repository's root (the benchmarks)
 
@@ -114,6 +116,9 @@ RUNS = {
         ],
         leaves=["leaderboard/imagenet_lt.tex"],
     ),
+    "several-machines-torchrun": Block(
+        data="imagenet_lt", solo=True, nodes=2, leaves=["trained_models/dscl/*/*.ckpt"]
+    ),
     "tutorial-cifar100-lt": Block(data="cifar100", leaves=["leaderboard/cifar100_lt*.md"]),
     "tutorial-cifar100-lt-seeds": Block(data="cifar100", leaves=["trained_models/dscl/*/*.ckpt"]),
 }
@@ -121,7 +126,8 @@ RUNS = {
 # fresh solo-learn install downloads it (test_the_fresh_install_names_the_tested_solo_learn);
 # CI's second environment runs the block of the tests that need solo-learn
 # (test_ci_runs_the_solo_learn_tests_as_shown)
-ELSEWHERE = {"setup", "main-job", "install-fresh", "test-solo-learn"}
+# a cluster's job (SLURM) cannot run here
+ELSEWHERE = {"setup", "main-job", "install-fresh", "test-solo-learn", "several-machines-slurm"}
 
 
 def blocks() -> dict[str, tuple[Path, str]]:
@@ -168,6 +174,10 @@ def _wrappers(bin_dir: Path, data: str) -> dict[str, str]:
         "esac\n"
         f'exec "{sys.executable}" "$@"\n'
     )
+    (bin_dir / "torchrun").write_text(  # (the script's tiny settings after its own)
+        "#!/bin/bash\n"
+        f'eval exec "{sys.executable}" -m torch.distributed.run \'"$@"\' "$TINY_MAIN_PRETRAIN_PY"\n'
+    )
     for path in bin_dir.iterdir():
         path.chmod(0o755)
     return env
@@ -197,6 +207,29 @@ def _bash(script: str, cwd: Path, env: dict[str, str]) -> None:
         timeout=900,
     )
     assert proc.returncode == 0, f"{script}\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
+
+
+def _bash_at_once(script: str, cwd: Path, envs: list[dict[str, str]]) -> None:
+    procs = [
+        subprocess.Popen(
+            ["bash", "-euo", "pipefail", "-c", script],
+            cwd=cwd,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for env in envs
+    ]
+    for proc in procs:
+        out = proc.communicate(timeout=900)[0]
+        assert proc.returncode == 0, f"{script}\n{out[-5000:]}"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -244,7 +277,11 @@ def test_the_block_runs_as_shown(name, tmp_path, made):
             shutil.copytree(made[key], cwd / "trained_models")
     if spec.installs:
         body = "\n".join(line for line in body.splitlines() if not line.startswith("pip install"))
-    _bash(body, ROOT if spec.cwd_root else cwd, env)
+    if spec.nodes > 1:  # the machines of one run, side by side
+        env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()))
+        _bash_at_once(body, cwd, [{**env, "NODE_RANK": str(r)} for r in range(spec.nodes)])
+    else:
+        _bash(body, ROOT if spec.cwd_root else cwd, env)
     for pattern in spec.leaves:
         assert list(cwd.glob(pattern)), f"{page.name}'s {name!r} left no {pattern}"
 
