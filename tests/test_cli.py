@@ -395,33 +395,30 @@ def test_help_cfg_job_and_a_refused_value_answer_before_the_training_stack(tmp_p
         assert imported == [], (name, argv, imported)
         refused = "--help" not in argv and "--cfg" not in argv
         assert code == (2 if refused else 0), (name, argv, code)
-    errors = [e.strip() for code, _, _, e in done.values() if code == 2]
-    assert errors == [
-        "solo-ext-pretrain: error: optimizer.lr=-1: must be a number > 0",
-        "solo-ext-pretrain: error: max_epochs=0: must be an integer >= 1",
-        "solo-ext-pretrain: error: optimizer.lr is missing from the config",
-        "solo-ext-knn: error: k=0: must be an integer >= 1 or a list of distinct ones",
-        "solo-ext-linear: error: scheduler.lr_decay_steps=[3, 2]: must be a list of increasing "
-        "epochs >= 1 (or null)",
-        "solo-ext-linear: error: scheduler.lr_decay_steps is missing (scheduler.name='step' "
-        "multiplies the lr by 0.1 at each of these epochs)",
-        "solo-ext-linear: error: dali.devic='cpu': unknown key (did you mean 'device'?); "
-        "valid keys: ['device', 'encode_indexes_into_labels']",
-        "solo-ext-linear: error: classifier_init='zeros': must be one of ['default', 'normal'] "
-        "(or null)",
-        "solo-ext-linear: error: classifier_stage='crt2': must be one of ['balanced_linear', "
-        "'crt', 'tau_norm', 'lws', 'logit_adjust'], 'all', or a list of them",
-        "solo-ext-dense-probe: error: num_plot=-1: must be an integer >= 0",
-        "solo-ext-pretrain: error: data.num_workers=-1: must be an integer >= 0",
-        "solo-ext-knn: error: data.bad_images='no': must be one of ['error', 'off', 'skip']",
-        *[
-            f"solo-ext-{command}: error: pretrained_checkpoint_dir is missing: give the "
-            "pretrained run's directory, pretrained_checkpoint_dir=trained_models/<method>/<run id>"
-            for command in ("knn", "linear", "dense-probe")
-        ],
-        "solo-ext-linear: error: pretrained_checkpoint_dir='a' and "
-        "pretrained_feature_extractor='b': give one of them (the run directory, or its "
-        "checkpoint)",
-        NO_RECIPE,
-    ]
+    # each refusal: one line, "<command>: error: " and the key with the value it names
+    named = {
+        0: "optimizer.lr=-1",
+        1: "max_epochs=0",
+        2: "optimizer.lr is missing",
+        5: "k=0",
+        9: "scheduler.lr_decay_steps=[3, 2]",
+        10: "scheduler.lr_decay_steps is missing",
+        11: "dali.devic='cpu'",
+        12: "classifier_init='zeros'",
+        13: "classifier_stage='crt2'",
+        15: "num_plot=-1",
+        16: "data.num_workers=-1",
+        17: "data.bad_images='no'",
+        18: "pretrained_checkpoint_dir is missing",
+        19: "pretrained_checkpoint_dir is missing",
+        20: "pretrained_checkpoint_dir is missing",
+        21: "pretrained_checkpoint_dir='a' and pretrained_feature_extractor='b'",
+        24: "no recipe given",
+    }
+    refused = {int(i): e for i, (code, _, _, e) in done.items() if code == 2}
+    assert sorted(refused) == sorted(named)
+    for i, err in refused.items():
+        prog = "solo-ext-" + cases[i][0].replace("_", "-")
+        assert "\n" not in err.strip() and err.startswith(f"{prog}: error: {named[i]}"), err
+    assert "'device'" in refused[11]  # the closest key
     assert "method: pbsd" in done["3"][2] and list(tmp_path.iterdir()) == []
