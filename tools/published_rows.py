@@ -119,7 +119,7 @@ NOT_IN_A_REPOSITORY: tuple[tuple[str, str], ...] = (
      "BCL's paper (CVPR 2022, arXiv 2207.09052): its ResNet-50 rows (ImageNet-LT, iNaturalist "
      "2018) and CIFAR-LT rows (ResNet-32); the authors' README prints the ResNeXt-50 "
      "ImageNet-LT rows only. The held ResNet-50 ImageNet-LT row (56.0) quotes DSCL's paper's "
-     "comparison table: a third-party listing in no repository, marked so in its source and "
+     "comparison table: another paper's listing, in no repository, which its source says, "
      "compared with no text."),
     ("paco",
      "PaCo's (ICCV 2021, arXiv 2107.12028) and GPaCo's (TPAMI 2023, arXiv 2209.12400) papers: "
