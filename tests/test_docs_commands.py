@@ -101,7 +101,7 @@ RUNS = {
     "leaderboard": Block(
         data="cifar100",
         before=["solo-ext-pretrain --config-name cifar100-lt/dscl"],
-        leaves=["leaderboard/cifar100_lt*.tex"],
+        leaves=["leaderboard/cifar100_lt*.tex", "leaderboard-peers/cifar100_lt*.md"],
     ),
     "wandb": Block(data="cifar100", leaves=["trained_models/dscl/*/wandb"]),
     "benchmarks": Block(cwd_root=True),

@@ -70,10 +70,10 @@ def solo_learn_run(cwd: Path, version: int, **changes) -> Path:
         "backbone": {"name": "resnet50", "kwargs": {"zero_init_residual": True}},
         "method_kwargs": kwargs,
         "data": {"dataset": "imagenet_lt", "num_classes": 1000, "format": "image_folder"},
-        "optimizer": {"name": "sgd", "batch_size": 64, "lr": 0.1},
+        "optimizer": {"name": "sgd", "batch_size": 128, "lr": 0.1},
         "checkpoint": {"enabled": True, "dir": "trained_models", "frequency": 1},
         "max_epochs": 200,
-        "devices": [0, 1, 2, 3],
+        "devices": [0, 1],  # the published 2 x 128
         "num_nodes": 1,
         "wandb_run_id": str(version),
         **changes,
@@ -238,7 +238,7 @@ def test_published_rows_are_marked_and_apart(board):
     kinds = [r["kind"] for r in rows]
     n = kinds.count("published")
     assert kinds == ["published"] * n + ["measured"] * (len(kinds) - n)
-    shipped = [p for p in load_published() if p.dataset == "imagenet_lt"]
+    shipped = [p for p in load_published() if p.dataset == "imagenet_lt" and p.headline]
     assert [r["label"] for r in rows[:n]] == [p.label for p in shipped]
     for row, p in zip(rows[:n], shipped):
         column = {"offline": "linear", "head": "head", "online": "online"}[p.linear_eval]
@@ -386,6 +386,61 @@ def test_bad_arguments_are_one_line_before_anything_is_written(tree, tmp_path, c
     assert not out.exists()
 
 
+def test_the_published_rows_shown_are_chosen(tree, tmp_path, capsys):
+    """Each method's headline row by default, every row with ``--rows all``, methods or labels,
+    every row of a method, a source's table; the markdown, CSV and LaTeX show the same rows. An
+    item that chooses no row: one line naming it, before anything is written."""
+    from solo_ext.leaderboard.latex import PUBLISHED_MARK, escape
+
+    shipped = [p for p in load_published() if p.dataset == "imagenet_lt"]
+
+    def shown(*rows: str) -> list[str]:
+        out = tmp_path / str(len(list(tmp_path.iterdir())))
+        tables = leaderboard([str(tree["solo"]), "--out", str(out), *rows])
+        labels = [r.label for r in tables["imagenet_lt"] if r.kind == "published"]
+        with open(out / "imagenet_lt.csv", newline="") as f:
+            assert [r["label"] for r in csv.DictReader(f) if r["kind"] == "published"] == labels
+        tex, md = (out / "imagenet_lt.tex").read_text(), (out / "imagenet_lt.md").read_text()
+        assert tex.count(PUBLISHED_MARK + " &") == md.count("| published |") == len(labels)
+        assert all(f"{escape(label)}{PUBLISHED_MARK} &" in tex for label in labels)
+        return labels
+
+    headline = shown()
+    assert headline == [p.label for p in shipped if p.headline] and "KCL, trial 1" not in headline
+    assert shown("--rows", "all") == [p.label for p in shipped]
+    assert shown("--rows", "dscl,gpaco") == ["DSCL", "GPaCo"]
+    assert shown("--rows", "pbsd:all") == [p.label for p in shipped if p.method == "pbsd"]
+    table_11 = ["KCL", "KCL, 400 epochs", "TSC", "TSC, 200 epochs"]
+    assert shown("--rows", "source=Table 11 (") == table_11
+    out = tmp_path / "refused"
+    with pytest.raises(SystemExit) as info:
+        leaderboard([str(tree["solo"]), "--out", str(out), "--rows", "dscl,dscll"])
+    err = capsys.readouterr().err
+    assert info.value.code == 2 and err.count("\n") == 1 and not out.exists()
+    assert "--rows='dscl,dscll'" in err and "'dscll'" in err and "'dscl'?" in err
+
+
+def test_the_batch_is_gpus_times_per_gpu_batch_and_another_per_gpu_batch_is_flagged(tmp_path):
+    """2 x 128 and 4 x 64 hold the same 256 images, but the per-GPU batch is the contrast set of
+    DSCL / PBSD: the rows say which, and the 4 x 64 run is flagged against its recipe."""
+    logs = tmp_path / "lightning_logs"
+    smaller = {"devices": [0, 1, 2, 3], "optimizer": {"name": "sgd", "batch_size": 64, "lr": 0.1}}
+    for version, changes in ((0, {}), (1, smaller)):
+        solo_learn_run(tmp_path, version, **changes)
+        write_lightning_csv(
+            logs / f"version_{version}" / "metrics.csv", PRETRAIN_COLUMNS, [{"val_acc1": 40.0}]
+        )
+    tables = leaderboard([str(tmp_path / "trained_models"), "--out", str(tmp_path / "board")])
+    rows = {r.batch_text: r for r in tables["imagenet_lt"] if r.kind == "measured"}
+    assert sorted(rows) == ["2 x 128", "4 x 64"] and {r.batch for r in rows.values()} == {256}
+    assert not rows["2 x 128"].flagged
+    assert rows["4 x 64"].differences == ["per-GPU batch=64 (pretrain/imagenet-lt/pbsd: 128)"]
+    (published,) = [r for r in tables["imagenet_lt"] if r.label == "DSCL + PBSD"]
+    assert published.batch_text == "2 x 128"  # (DSCL's README: 2 GPUs; its batch of 256)
+    md = (tmp_path / "board" / "imagenet_lt.md").read_text()
+    assert "| 4 x 64 |" in md and "| 2 x 128 |" in md
+
+
 def test_seeds_of_one_setting_make_one_row_with_mean_and_spread(tmp_path):
     """Three runs that differ only in the seed (and their names) are one row: n = 3, each
     number's mean and sample standard deviation; a run with another lr stays apart; --per-run
@@ -396,7 +451,7 @@ def test_seeds_of_one_setting_make_one_row_with_mean_and_spread(tmp_path):
     top1 = {0: 40.0, 1: 43.0, 2: 47.5, 3: 30.0}
     many = {0: 60.0, 1: 61.0, 2: 65.0, 3: 50.0}
     for version, seed in ((0, 0), (1, 1), (2, 2), (3, 0)):
-        lr = {"optimizer": {"name": "sgd", "batch_size": 64, "lr": 0.2}} if version == 3 else {}
+        lr = {"optimizer": {"name": "sgd", "batch_size": 128, "lr": 0.2}} if version == 3 else {}
         solo_learn_run(tmp_path, version, seed=seed, name=f"pbsd-s{seed}", **lr)
         row = {"val_acc1": top1[version], "val_knn_acc1": 1.0, "val_knn_acc1_many": many[version]}
         write_lightning_csv(logs / f"version_{version}" / "metrics.csv", PRETRAIN_COLUMNS, [row])
@@ -768,7 +823,7 @@ def test_the_latex_table_holds_the_markdown_numbers(tmp_path):
 
     logs = tmp_path / "lightning_logs"
     for version, seed in ((0, 0), (1, 1), (2, 2), (3, 0)):
-        lr = {"optimizer": {"name": "sgd", "batch_size": 64, "lr": 0.2}} if version == 3 else {}
+        lr = {"optimizer": {"name": "sgd", "batch_size": 128, "lr": 0.2}} if version == 3 else {}
         solo_learn_run(tmp_path, version, seed=seed, name=f"pbsd_s{seed}", **lr)
         row = {"val_acc1": 40.0 + version**2, "val_knn_acc1": 30.0 + version,
                "val_knn_acc1_many": 60.0 - version}  # fmt: skip
@@ -782,20 +837,22 @@ def test_the_latex_table_holds_the_markdown_numbers(tmp_path):
     titles, tex_rows = _latex_rows(tex)
     metrics = (" top-1", " top-5", " many", " medium", " few")
     numeric = [i for i, title in enumerate(header) if title.endswith(metrics)]
-    assert titles == ["method", "backbone", "epochs", "$n$", *(header[i] for i in numeric)]
+    head = ["method", "backbone", "epochs", "GPUs $\\times$ batch", "$n$"]
+    assert titles == [*head, *(header[i] for i in numeric)]
     assert len(tex_rows) == len(md_rows) == len(rows)
     spreads = 0
     for row, md, cells in zip(rows, md_rows, tex_rows):
-        assert [_number(md[i]) for i in numeric] == [_number(c) for c in cells[4:]], row.label
+        assert [_number(md[i]) for i in numeric] == [_number(c) for c in cells[5:]], row.label
+        assert cells[3] == (row.batch_text or "--").replace(" x ", " $\\times$ ")
         spreads += sum("\\pm" in c for c in cells)
         published = row.kind == "published"
         assert cells[0].endswith(PUBLISHED_MARK) == published
         assert cells[0].endswith(FLAG_MARK) == (row.flagged and not published)
-        assert cells[3] == ("" if published else str(row.n))
+        assert cells[4] == ("" if published else str(row.n))
     assert spreads == 3  # (online top-1, kNN top-1, kNN many of the three seeds)
     (swept,) = [cells for row, cells in zip(rows, tex_rows) if row.n == 3]
     mean = statistics.fmean([40.0, 41.0, 44.0])
-    assert swept[4 + titles[4:].index("online linear top-1")] == (
+    assert swept[5 + titles[5:].index("online linear top-1")] == (
         f"${mean:.2f} \\pm {statistics.stdev([40.0, 41.0, 44.0]):.2f}$"
     )
     assert swept[0].startswith("pbsd pbsd\\_s0")

@@ -55,6 +55,14 @@ def parser() -> argparse.ArgumentParser:
         default=None,
         help="the published-numbers CSV (default: the one shipped with solo-ext)",
     )
+    p.add_argument(
+        "--rows",
+        default=None,
+        help="the published rows shown (default: each method's headline row, its paper's main "
+        "table): 'all', or a comma-separated list of methods or labels (their headline rows, "
+        "e.g. dscl,scl,gpaco), <method>:all (every row of it), source=<text> (every row whose "
+        "source names it, e.g. 'source=Table 11')",
+    )
     return p
 
 
@@ -96,7 +104,7 @@ def run(argv: list[str] | None = None) -> dict[str, list]:
     args = parser().parse_args(argv)
     with one_line_errors(PROG):
         check_args(args)
-        from solo_ext.leaderboard.published import PUBLISHED_CSV, load_published
+        from solo_ext.leaderboard.published import PUBLISHED_CSV, choose_rows, load_published
         from solo_ext.leaderboard.runs import find_runs
 
         source = args.published or PUBLISHED_CSV
@@ -104,6 +112,10 @@ def run(argv: list[str] | None = None) -> dict[str, list]:
             published = load_published(source)
         except (ValueError, OSError, UnicodeDecodeError) as err:
             raise ConfigError(f"--published={str(source)!r}: {err}") from None
+        try:
+            chosen = choose_rows(published, args.rows)
+        except ValueError as err:
+            raise ConfigError(str(err)) from None
         found = find_runs(args.paths, args.logs)
         for path, reason in found.skipped:
             print(f"{PROG}: skipped {path}: {reason}", file=sys.stderr)
@@ -116,16 +128,20 @@ def run(argv: list[str] | None = None) -> dict[str, list]:
         if not found.runs:
             shown = ", ".join(repr(str(p)) for p in args.paths)
             raise ConfigError(f"paths: no run with a result found under {shown}")
-        return write(found.runs, published, args.out, per_run=args.per_run)
+        return write(found.runs, published, args.out, per_run=args.per_run, shown=chosen)
 
 
-def write(runs: list, published: list, out: Path, per_run: bool = False) -> dict[str, list]:
-    """Writes ``<out>/<dataset>.{md,csv,tex,png}`` for every dataset and prints the markdown."""
+def write(
+    runs: list, published: list, out: Path, per_run: bool = False, shown: list | None = None
+) -> dict[str, list]:
+    """Writes ``<out>/<dataset>.{md,csv,tex,png}`` for every dataset and prints the markdown:
+    the published rows of ``shown`` (default: all) above the runs, each run compared with its
+    counterpart among all of ``published``."""
     from solo_ext.leaderboard.latex import latex
     from solo_ext.leaderboard.plot import plot
     from solo_ext.leaderboard.table import MEASURED, build_tables, csv_text, markdown
 
-    tables = build_tables(runs, published, per_run=per_run)
+    tables = build_tables(runs, published, per_run=per_run, shown=shown)
     out.mkdir(parents=True, exist_ok=True)
     for dataset, rows in tables.items():
         name = _safe(dataset)

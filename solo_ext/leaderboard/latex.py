@@ -47,7 +47,7 @@ def latex(dataset: str, rows: list[Row], name: str) -> str:
             groups[-1] = (evaluation, groups[-1][1] + 1)
         else:
             groups.append((evaluation, 1))
-    head = ["method", "backbone", "epochs", "$n$"]
+    head = ["method", "backbone", "epochs", r"GPUs $\times$ batch", "$n$"]
     lines = [
         f"% {dataset}: written by solo-ext-leaderboard; needs \\usepackage{{booktabs}}",
         r"\begin{table}",
@@ -79,6 +79,7 @@ def latex(dataset: str, rows: list[Row], name: str) -> str:
                 _label(row),
                 escape(row.backbone or MISSING),
                 escape(MISSING if row.epochs is None else row.epochs),
+                escape(row.batch_text or MISSING).replace(" x ", r" $\times$ "),
                 str(row.n) if kind == MEASURED else "",
             ]
             for evaluation, metric in shown:

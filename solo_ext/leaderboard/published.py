@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from solo_ext.common import did_you_mean
+
 PUBLISHED_CSV = Path(__file__).with_name("published.csv")
 
 COLUMNS = (
@@ -20,8 +22,10 @@ COLUMNS = (
 # columns a file may have (empty or absent: not given): ``acc5`` the top-5 of ``linear_acc1``,
 # ``imbalance_factor`` the training split's largest class count over its smallest, ``stage``
 # the classifier stage of an offline number as ``key=value`` pairs (``;``-separated; the keys
-# of :data:`STAGE_KEYS`)
-OPTIONAL_COLUMNS = ("acc5", "imbalance_factor", "stage")
+# of :data:`STAGE_KEYS`), ``gpus`` the GPUs the published run's ``batch`` was split over (where
+# its source says), ``headline`` 1 for the row its paper's main table gives the method (the
+# rows the leaderboard shows by default; the others are sweeps, trials, other backbones)
+OPTIONAL_COLUMNS = ("acc5", "imbalance_factor", "stage", "gpus", "headline")
 # a classifier stage's keys, compared with a measured linear evaluation's (runs.Eval.stage):
 # the sampler, epochs, total batch, absolute lr, schedule (cosine / step / constant) with its
 # epochs, the BatchNorm mode, the init, the training crops and the loss
@@ -89,6 +93,8 @@ class Published:
     acc5: float | None = None
     imbalance_factor: float | None = None
     stage: dict[str, str] = field(default_factory=dict)
+    gpus: int | None = None
+    headline: bool = False
 
 
 def _number(text: str, kind: type, where: str) -> Any:
@@ -139,6 +145,8 @@ def load_published(path: str | Path = PUBLISHED_CSV) -> list[Published]:
                     raise ValueError(f"{where}: empty {key!r}")
             if raw["linear_eval"] not in LINEAR_EVALS:
                 raise ValueError(f"{where}: linear_eval={raw['linear_eval']!r}")
+            if (raw.get("headline") or "") not in ("", "1"):
+                raise ValueError(f"{where}: headline={raw['headline']!r} is not 1 or empty")
             numbers = {
                 k: _number(raw.get(k) or "", float, f"{where} {k}")
                 for k in ("linear_acc1", "knn_acc1", "many", "medium", "few", "acc5",
@@ -161,10 +169,47 @@ def load_published(path: str | Path = PUBLISHED_CSV) -> list[Published]:
                     protocol=raw["protocol"],
                     source=raw["source"],
                     stage=stage,
+                    gpus=_number(raw.get("gpus") or "", int, f"{where} gpus"),
+                    headline=raw.get("headline") == "1",
                     **numbers,
                 )
             )
     return rows
+
+
+ALL_ROWS = "all"
+
+
+def choose_rows(published: list[Published], rows: str | None) -> list[Published]:
+    """The published rows a table shows: ``None``, each method's headline row (its paper's main
+    table); ``all``, every row; else a comma-separated list, each item a method or a row's label
+    (its headline rows: ``dscl``, ``gpaco``), ``<method>:all`` (every row of it) or
+    ``source=<text>`` (every row whose source names the text: a paper's table, e.g.
+    ``source=Table 11``). Raises ValueError naming an item that chooses no row."""
+    if rows is None:
+        return [p for p in published if p.headline]
+    chosen: set[int] = set()
+    for item in (i.strip() for i in rows.split(",")):
+        if item == ALL_ROWS:
+            return list(published)
+        name, _, every = item.partition(":")
+        if name.startswith("source="):
+            text = name.removeprefix("source=").lower()
+            found = {i for i, p in enumerate(published) if text in p.source.lower()}
+        else:
+            found = {
+                i
+                for i, p in enumerate(published)
+                if name.lower() in (p.method, p.label.lower()) and (p.headline or every == ALL_ROWS)
+            }
+        if not item or not found or every not in ("", ALL_ROWS):
+            names = sorted({p.method for p in published} | {p.label.lower() for p in published})
+            raise ValueError(
+                f"--rows={rows!r}: {item!r} chooses no published row{did_you_mean(name, names)}"
+                " (a method, a label, <method>:all, source=<text> or all)"
+            )
+        chosen |= found
+    return [p for i, p in enumerate(published) if i in chosen]
 
 
 def show_value(value: Any) -> str:

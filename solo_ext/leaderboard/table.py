@@ -40,7 +40,7 @@ class Row:
     label: str
     backbone: str | None
     epochs: int | None
-    batch: int | None
+    batch: int | None  # the total, over all GPUs
     protocol: str
     # "<evaluation>_<metric>" (runs.EVALUATIONS x runs.METRICS) -> the number; absent: none
     values: dict[str, float | None]
@@ -64,6 +64,16 @@ class Row:
     spread: dict[str, float | None] = field(default_factory=dict)
     # classes per shot group (many, medium, few) of a measured run, from its training counts
     group_sizes: dict[str, int] | None = None
+    gpus: int | None = None  # the processes the batch was split over (None: not said)
+
+    @property
+    def batch_text(self) -> str | None:
+        """``GPUs x per-GPU batch`` (``2 x 128``); the total alone where the GPUs are not said."""
+        if self.batch is None:
+            return None
+        if self.gpus and self.batch % self.gpus == 0:
+            return f"{self.gpus} x {self.batch // self.gpus}"
+        return str(self.batch)
 
     @property
     def n(self) -> int:
@@ -103,6 +113,7 @@ def published_row(p: Published) -> Row:
         backbone=p.backbone,
         epochs=p.epochs,
         batch=p.batch,
+        gpus=p.gpus,
         protocol=p.protocol,
         values={k: v for k, v in values.items() if v is not None},
         source=p.source,
@@ -178,6 +189,7 @@ def measured_row(run: Run, published: list[Published]) -> Row:
         backbone=run.backbone,
         epochs=run.epochs,
         batch=run.batch,
+        gpus=run.processes,
         protocol=", ".join(diffs) if diffs else ("as published" if has_protocol else ""),
         values={k: v for k, v in values.items() if v is not None},
         source=f"{shown(run.path)}; " + "; ".join(evals),
@@ -265,12 +277,16 @@ def table_of(run: Run, thresholds_named: bool = False) -> str:
 
 
 def build_tables(
-    runs: list[Run], published: list[Published], per_run: bool = False
+    runs: list[Run],
+    published: list[Published],
+    per_run: bool = False,
+    shown: list[Published] | None = None,
 ) -> dict[str, list[Row]]:
-    """Table -> its rows: the published rows of the dataset at the runs' imbalance factor (file
-    order), then the measured ones (by method, then directory); only tables with a measured
-    run. The runs of one setting (:func:`_setting`) and the same evaluations make one row, their
-    mean and spread, unless ``per_run``."""
+    """Table -> its rows: the published rows of ``shown`` (default: all of ``published``) of the
+    dataset at the runs' imbalance factor (file order), then the measured ones (by method, then
+    directory), each compared with its counterpart among ``published``; only tables with a
+    measured run. The runs of one setting (:func:`_setting`) and the same evaluations make one
+    row, their mean and spread, unless ``per_run``."""
     thresholds: dict[str, set] = {}
     for run in runs:
         thresholds.setdefault(table_of(run), set()).add(_thresholds(run))
@@ -288,7 +304,8 @@ def build_tables(
     for (table, _, _), rows in groups.items():
         if table not in tables:
             dataset = rows[0].dataset
-            tables[table] = [published_row(p) for p in published if p.dataset == dataset
+            tables[table] = [published_row(p) for p in (published if shown is None else shown)
+                             if p.dataset == dataset
                              and same_imbalance(p.imbalance_factor, factors[table])]  # fmt: skip
         tables[table].append(rows[0] if len(rows) == 1 else _mean_row(rows))
     return dict(sorted(tables.items()))
@@ -334,7 +351,7 @@ def _cell(value: object) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
-HEAD = ("", "method", "name", "runs", "backbone", "epochs", "batch", "protocol")
+HEAD = ("", "method", "name", "runs", "backbone", "epochs", "GPUs x batch", "protocol")
 TAIL = ("≠ published", "compared with", "environment", "source")
 CLASSES = "classes (many / medium / few)"
 
@@ -358,7 +375,7 @@ def markdown(dataset: str, rows: list[Row]) -> str:
             _runs(row) if measured else "",
             row.backbone,
             row.epochs,
-            row.batch,
+            row.batch_text,
             row.protocol or MISSING,
         ]
         cells += [
@@ -377,6 +394,8 @@ def markdown(dataset: str, rows: list[Row]) -> str:
         "Runs that differ in nothing but the seed (the same config, evaluations and environment) "
         "make one row: each number is their mean ± the sample standard deviation over the runs "
         "(`runs`: n and the seeds; `--per-run` lists them one by one). "
+        "GPUs x batch: the processes of the run and the batch of each (a published row's where "
+        "its source says; else its total batch). "
         "Accuracy in %, one column group per evaluation: `linear`, the offline classifier stage "
         "on the frozen backbone (`solo-ext-linear`, `main_linear.py`); `head`, the classifier "
         "trained jointly with the loss of a one-stage method (PaCo, GPaCo, BCL), what their "
@@ -397,7 +416,7 @@ def markdown(dataset: str, rows: list[Row]) -> str:
 
 CSV_COLUMNS = (
     "kind", "dataset", "method", "label", "names", "n", "seeds", "runs", "backbone", "epochs",
-    "batch", "imbalance_factor", "protocol",
+    "batch", "gpus", "imbalance_factor", "protocol",
     *(f"{e}_{m}{sd}" for e in EVALUATIONS for m in METRICS for sd in ("", "_sd")),
     "unsaid", "many_classes", "medium_classes", "few_classes", "flagged", "differences",
     "compared_with", "environment", "source",
