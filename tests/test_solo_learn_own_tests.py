@@ -24,7 +24,7 @@ pytestmark = pytest.mark.solo_learn
 
 
 def environment(hook: bool) -> dict[str, str]:
-    # (the two runs go side by side: a core each)
+    # (one core each: the suite's other workers run beside)
     env = {**os.environ, "SOLO_EXT_AUTOLOAD": "1" if hook else "0", "OMP_NUM_THREADS": "1"}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [SOLO_DIR, env.get("PYTHONPATH")]))
     return env
@@ -76,10 +76,10 @@ def test_solo_learns_own_tests_pass_alike_with_and_without_the_plugin(tmp_path):
     if not (SOLO_LEARN_DIR / "tests" / "args").is_dir():
         pytest.skip(f"{NEEDS_SOLO_LEARN}'s own tests/ (its checkout at {SOLO_LEARN_DIR} has none)")
     assert hook_registers(True) and not hook_registers(False)  # the hook is what differs
-    # side by side, each in a folder of its own (solo-learn's tests write where they run)
-    folders = tmp_path / "on", tmp_path / "off"
-    runs = start(True, folders[0]), start(False, folders[1])
-    on, off = (outcomes(run, where) for run, where in zip(runs, folders))
+    # one after the other (some of solo-learn's tests hold GBs), each in a folder of its own
+    # (solo-learn's tests write where they run)
+    on = outcomes(start(True, tmp_path / "on"), tmp_path / "on")
+    off = outcomes(start(False, tmp_path / "off"), tmp_path / "off")
     assert set(on) == set(off), sorted(set(on) ^ set(off))
     broken = sorted(t for t, result in off.items() if result == "passed" and on[t] != "passed")
     assert not broken, f"pass without solo-ext, fail with it: {broken}"
