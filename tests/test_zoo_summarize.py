@@ -279,3 +279,20 @@ def test_a_comparison_short_of_seeds_is_listed_untested_and_counts_in_its_family
     cells = [c.strip() for c in knn[1].split("|")[2:11]]
     assert cells[:2] == ["`pbsd-16px` - `pbsd`", "1 / 3"]
     assert cells[2:8] == ["n/a"] * 6 and cells[8].startswith("not tested")
+
+
+def test_the_long_pages_tables_are_those_its_committed_values_make():
+    """zoo/fashion-mnist-lt-long.md's generated tables (the comparisons, every row, the
+    classifier stages) are what summarize.py makes from the per-seed file committed beside it."""
+    summarize = load()
+    zoo = ZOO.parent
+    runs = summarize.read_seeds(zoo / "fashion-mnist-lt-long.csv")
+    page = (zoo / "fashion-mnist-lt-long.md").read_text().splitlines()
+    pairs = [("dscl", "scl"), ("pbsd", "dscl"), ("pbsd-w0", "pbsd"), ("pbsd-16px", "pbsd"),
+             ("pbsd-whole", "pbsd")]  # fmt: skip
+    comparisons = [(*pair, False) for pair in pairs] + [("pbsd-viewstats", "pbsd", True)]
+    made = [summarize.significance_table(runs, comparisons), summarize.table(runs)]
+    made.append(summarize.stage_table(runs))
+    for text in made:
+        for line in text.splitlines()[2:]:  # (the rows; the headers repeat)
+            assert line in page, line
