@@ -103,14 +103,18 @@ def declared_cases() -> list[tuple[str, dict, str, object]]:
     ]
 
 
-DECLARED = declared_cases()
+# every case through main_pretrain.py; through solo-ext-pretrain the method keys (the data and
+# sampler keys' are test_schema.py's, through every command)
+DECLARED = [
+    pytest.param(entry, *case, id=f"{case[0]}-{case[2]}-{case[3]!r}-{entry}", marks=marks)
+    for case in declared_cases()
+    for entry, marks in (("solo-ext-pretrain", ()), ("main_pretrain.py", pytest.mark.solo_learn))
+    if entry == "main_pretrain.py" or case[2].startswith("method_kwargs.")
+]
 BASES: dict = {}
 
 
-@pytest.mark.parametrize("entry", ENTRIES)
-@pytest.mark.parametrize(
-    "method, given, key, value", DECLARED, ids=[f"{m}-{k}-{v!r}" for m, _, k, v in DECLARED]
-)
+@pytest.mark.parametrize("entry, method, given, key, value", DECLARED)
 def test_a_value_outside_a_declared_key_is_one_line_naming_both(entry, method, given, key, value):
     """The start refuses it before any work, in one line that begins with the key and the value
     (``<key>=<value>: must be ...``; solo-learn's main_pretrain.py prints it after its name)."""

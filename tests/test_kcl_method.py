@@ -175,7 +175,6 @@ def test_tsc_targets_travel_in_the_checkpoint(make_cfg):
 @pytest.mark.parametrize(
     "method,kwargs,text",
     [
-        ("kcl", {"method_kwargs.k_pos": -1}, "method_kwargs.k_pos=-1"),
         ("tsc", {"method_kwargs.target_weight": -0.5}, "method_kwargs.target_weight=-0.5"),
         ("tsc", {"method_kwargs.k_pos": 6}, "method_kwargs.k_pos"),
     ],

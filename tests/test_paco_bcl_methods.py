@@ -165,7 +165,6 @@ def test_bcl_cosine_classifier_and_prototypes(make_cfg):
     [
         ("bcl", {"augmentations.0.num_crops": 2}, "data.num_large_crops=2"),
         ("paco", {"method_kwargs.label_smoothing": 0.1}, "method_kwargs.label_smoothing=0.1"),
-        ("paco", {"method_kwargs.alpha": -1}, "method_kwargs.alpha=-1"),
         ("bcl", {"method_kwargs.beta": -0.5}, "method_kwargs.beta=-0.5"),
     ],
 )

@@ -167,7 +167,6 @@ def test_a_sampler_key_outside_its_declaration_stops_pretraining_and_the_probe(
     [
         ("devices", "two", "devices='two': must be a count (-1: all), 'auto', a list of"),
         ("devices", [0, -1], "devices=[0, -1]: must be a count"),
-        ("devices", -2, "devices=-2: must be a count"),
         ("backbone.kwargs.widht", 2, "backbone.kwargs={'widht': 2}: not taken by backbone.name="),
     ],
 )
