@@ -90,7 +90,7 @@ def test_the_run_records_its_recipe_and_the_leaderboard_flags_what_differs(
     run = read_run(pretrained_run, args, [])
     recipe = "pretrain/synthetic-lt/pbsd"
     assert recipe_differences(run) == [
-        f"total batch=8 ({recipe}: 64)",
+        f"per-GPU batch=8 ({recipe}: 64)",
         f"method_kwargs.proj_hidden_dim=32 ({recipe}: 512)",
         f"method_kwargs.queue_size=64 ({recipe}: 1024)",
         f"data.num_classes=4 ({recipe}: 20)",

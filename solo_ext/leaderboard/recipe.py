@@ -147,16 +147,15 @@ def recipe_differences(run: Run) -> list[str]:
     def differs(key: str, value: Any, want: Any) -> None:
         out.append(f"{key}={show_value(value)} ({recipe}: {show_value(want)})")
 
+    # the per-GPU batch (the in-batch contrast set of SCL / DSCL / PBSD, part of their
+    # protocol), else the total batch (the same per-GPU batch on other GPUs)
     batch, want_batch = total_batch(args), total_batch(cfg)
-    if None not in (batch, want_batch) and batch != want_batch:
-        differs("total batch", batch, want_batch)
-    # the per-GPU batch: the in-batch contrast set of SCL / DSCL / PBSD, part of their protocol
-    per_gpu, want_per_gpu = (
-        _get(args, "optimizer.batch_size")[1],
-        _get(cfg, "optimizer.batch_size")[1],
-    )
+    per_gpu = _get(args, "optimizer.batch_size")[1]
+    want_per_gpu = _get(cfg, "optimizer.batch_size")[1]
     if isinstance(per_gpu, int) and isinstance(want_per_gpu, int) and per_gpu != want_per_gpu:
         differs("per-GPU batch", per_gpu, want_per_gpu)
+    elif None not in (batch, want_batch) and batch != want_batch:
+        differs("total batch", batch, want_batch)
     for key in PER_256:
         has, value = _get(args, key)
         wants, want = _get(cfg, key)
