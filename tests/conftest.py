@@ -46,9 +46,12 @@ def pytest_configure(config):
     config.addinivalue_line(
         "markers", "solo_learn: needs the real solo-learn as the host and its checkout"
     )
+    config.addinivalue_line("markers", "early: a test of many minutes, started first")
 
 
 def pytest_collection_modifyitems(config, items):
+    # the longest tests first, so that pytest-xdist's workers finish together
+    items.sort(key=lambda item: item.get_closest_marker("early") is None)
     if SOLO_LEARN_DIR is not None:
         return
     why = (
@@ -72,11 +75,12 @@ def pytest_runtest_makereport(item, call):
         )
 
 
-# two threads for the suite's process; a process that is told its share (the two-process
-# workers, OMP_NUM_THREADS=1) keeps it: two processes of two threads on two cores spin in
-# OpenMP's barriers for seconds at every operator
+# two threads for the suite's process, or its share of the cores among pytest-xdist's workers;
+# a process that is told its share (the two-process workers, OMP_NUM_THREADS=1) keeps it: two
+# processes of two threads on two cores spin in OpenMP's barriers for seconds at every operator
 if "OMP_NUM_THREADS" not in os.environ:
-    torch.set_num_threads(min(2, os.cpu_count() or 1))
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    torch.set_num_threads(max(1, min(2, (os.cpu_count() or 1) // workers)))
 METHOD_NAMES = sorted(SOLO_EXT_METHODS)
 
 AUGMENTATION = {
