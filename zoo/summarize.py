@@ -108,17 +108,18 @@ def environments(runs: dict[str, list[dict]]) -> str:
 
 
 def write_seeds(runs: dict[str, list[dict]], path: Path) -> None:
-    """Every run's values (:data:`SEED_KEYS` it has), one line per row and seed, with the
-    environment it ran in: the file the tables can be made from again (:func:`read_seeds`)."""
+    """Every run's values (:data:`SEED_KEYS` it has), one line per row and seed, with its data
+    set and the environment it ran in: the file the tables and plots can be made from again
+    (:func:`read_seeds`)."""
     keys = [k for k in SEED_KEYS if any(k in r for items in runs.values() for r in items)]
     with open(path, "w", newline="") as f:
         writer = csv.writer(f)
-        writer.writerow(["row", "seed", *keys, "environment"])
+        writer.writerow(["row", "seed", *keys, "dataset", "environment"])
         for row, items in runs.items():
             for r in items:
                 values = ["" if r.get(k) is None else f"{r[k]:.4f}".rstrip("0").rstrip(".")
                           for k in keys]  # fmt: skip
-                writer.writerow([row, r["seed"], *values, r["environment"]])
+                writer.writerow([row, r["seed"], *values, r["dataset"], r["environment"]])
 
 
 def read_seeds(path: Path) -> dict[str, list[dict]]:
@@ -128,6 +129,7 @@ def read_seeds(path: Path) -> dict[str, list[dict]]:
         for line in csv.DictReader(f):
             row, seed, env = line.pop("row"), line.pop("seed"), line.pop("environment")
             run = {"seed": int(seed) if seed.lstrip("-").isdigit() else seed, "environment": env}
+            run["dataset"] = line.pop("dataset")
             run.update({k: float(v) for k, v in line.items() if v != ""})
             runs[row].append(run)
     return dict(runs)
