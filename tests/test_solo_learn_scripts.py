@@ -722,7 +722,7 @@ def test_the_leaderboard_reads_a_main_pretrain_run(pretrained, tmp_path):
     flagged = [d for d in row["differences"].split("; ") if recipe in d]
     assert sorted(d.split("=")[0] for d in flagged) == [
         "data.imbalance_factor", "data.num_classes", "data.synthetic.n_max",
-        "data.synthetic.val_per_class", "total batch",
+        "data.synthetic.val_per_class", "per-GPU batch",
     ], flagged  # fmt: skip
 
 
