@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import socket
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -40,6 +41,13 @@ def _solo_learn_checkout() -> Path | None:
 SOLO_LEARN_DIR = _solo_learn_checkout()
 NEEDS_SOLO_LEARN = "needs the real solo-learn"
 REQUIRE_SOLO_LEARN = os.environ.get("SOLO_EXT_REQUIRE_SOLO_LEARN", "0") == "1"
+
+
+def free_port() -> int:
+    """A TCP port free on this machine now (a rendezvous for processes started by a test)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def pytest_configure(config):

@@ -5,23 +5,17 @@ every rank holds the same queue / support set and momentum weights, with disjoin
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch
+from conftest import free_port
 
 from solo_ext.methods.registry import SOLO_EXT_METHODS
 
 WORKER = Path(__file__).with_name("ddp_worker.py")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -33,7 +27,7 @@ def ranks(tmp_path_factory) -> list[dict]:
         "-m",
         "torch.distributed.run",
         "--nproc_per_node=2",
-        f"--master_port={_free_port()}",
+        f"--master_port={free_port()}",
         str(WORKER),
         str(out),
     ]

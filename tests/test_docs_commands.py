@@ -16,14 +16,13 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, SOLO_LEARN_DIR, fake_cifar, fake_images
+from conftest import ROOT, SOLO_LEARN_DIR, fake_cifar, fake_images, free_port
 
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 MARKED = re.compile(r"<!-- command: ([a-z0-9-]+) -->\n```bash\n(.*?)```", re.S)
@@ -226,12 +225,6 @@ def _bash_at_once(script: str, cwd: Path, envs: list[dict[str, str]]) -> None:
         assert proc.returncode == 0, f"{script}\n{out[-5000:]}"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def made(tmp_path_factory) -> dict:
     """The runs made by a block's ``before`` commands, kept for the next block that starts from
@@ -278,7 +271,7 @@ def test_the_block_runs_as_shown(name, tmp_path, made):
     if spec.installs:
         body = "\n".join(line for line in body.splitlines() if not line.startswith("pip install"))
     if spec.nodes > 1:  # the machines of one run, side by side
-        env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()))
+        env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
         _bash_at_once(body, cwd, [{**env, "NODE_RANK": str(r)} for r in range(spec.nodes)])
     else:
         _bash(body, ROOT if spec.cwd_root else cwd, env)
