@@ -652,85 +652,47 @@ def wandb_run(tmp_path_factory) -> dict:
     return {"cwd": cwd, "run_dir": run_dir}
 
 
-def _logged_rows(run_dir: Path) -> list[dict]:
-    """The run's logged rows, read with wandb's own record definitions in this test."""
-    from solo_ext.leaderboard.wandb_log import history
+def _last_validation(log: Path) -> dict[str, float]:
+    """The last validation row of a Lightning CSV log: its ``val_*`` values (NaN: null)."""
+    (last,) = [r for r in read_csv(log) if r.get("val_acc1")][-1:]
+    values = {k: float(v) for k, v in last.items() if k.startswith("val_") and v}
+    return {k: None if math.isnan(v) else v for k, v in values.items()}
 
-    (log,) = run_dir.glob("wandb/offline-run-*/run-*.wandb")
-    return history(log)
+
+def test_a_run_keeps_its_last_validation_in_metrics_json(tree):
+    """A run keeps its last validation values in metrics.json (``val_*``) whichever logger it
+    has: those of its CSV log's last validation row, all of them."""
+    (log,) = tree["ours"].glob("logs*/metrics.csv")
+    metrics = json.loads((tree["ours"] / "metrics.json").read_text())
+    kept = {k: v for k, v in metrics.items() if k.startswith("val_")}
+    want = _last_validation(log)
+    assert "val_acc1" in kept and kept.keys() == want.keys()
+    assert kept == pytest.approx(want)
 
 
-def test_a_wandb_run_fills_the_online_columns(wandb_run, tmp_path, capsys):
-    """Every column of a run logged with wandb offline: the online classifier, the online kNN
-    with its groups (the last validation row of its wandb history), the head and the kNN of
-    metrics.json; no CSV log was written."""
+def test_a_wandb_run_is_read_from_its_metrics_json(wandb_run, tmp_path, capsys):
+    """A run logged with wandb offline (solo-learn's habit; no CSV log) fills every column from
+    its metrics.json: the online classifier and the online kNN with its groups (``val_*``), the
+    head and the kNN; no wandb file is read (without them the table is the same)."""
+    import shutil
+
     run_dir = wandb_run["run_dir"]
     assert not list(run_dir.rglob("metrics.csv"))
-    val = [r for r in _logged_rows(run_dir) if "val_acc1" in r]
-    assert val and "val_knn_acc1" in val[-1] and "val_head_acc1" in val[-1]
+    shutil.rmtree(run_dir / "wandb")
     tables = leaderboard([str(run_dir), "--out", str(tmp_path / "board")])
     (row,) = tables["synthetic_lt (imbalance 4)"]
     metrics = json.loads((run_dir / "metrics.json").read_text())
-    last = val[-1]
-    assert row.value("online") == pytest.approx(last["val_acc1"])
-    assert row.value("online", "acc5") == pytest.approx(last["val_acc5"])
-    assert row.value("online_knn") == pytest.approx(last["val_knn_acc1"])
-    groups = {g: last[f"val_knn_acc1_{g}"] for g in ("many", "medium", "few")}
-    assert math.isnan(groups.pop("many"))  # (no class of the tiny set has over 100 images)
-    assert row.value("online_knn", "many") is None
-    for group, want in groups.items():
-        assert row.value("online_knn", group) == pytest.approx(want)
+    assert row.value("online") == metrics["val_acc1"]
+    assert row.value("online", "acc5") == metrics["val_acc5"]
+    assert row.value("online_knn") == metrics["val_knn_acc1"]
+    assert metrics["val_knn_acc1_many"] is None  # (no class of the tiny set has over 100 images)
+    for group in ("many", "medium", "few"):
+        assert row.value("online_knn", group) == metrics[f"val_knn_acc1_{group}"]
     assert row.value("head") == metrics["head_acc1"] and row.value("knn") == metrics["knn_acc1"]
     assert row.evaluations == ["head", "online", "online_knn", "knn"]
-    assert "run-" in row.source and ".wandb" in row.source
+    origins = [part.split(": ", 1)[1] for part in row.source.split("; ")[1:]]
+    assert all(o.startswith(str(run_dir / "metrics.json")) for o in origins) and len(origins) == 4
     assert capsys.readouterr().err == ""
-
-
-def test_a_solo_learn_wandb_run_is_read_where_the_script_ran(wandb_run, tmp_path):
-    """solo-learn's main_pretrain.py leaves wandb/ in the directory it ran in and writes no
-    metrics.json: the head's top-1 is then the last ``val_head_acc1`` of the wandb history,
-    the run found by ``wandb_run_id``; ``--logs`` names the directory."""
-    import shutil
-
-    run_dir = tmp_path / "trained_models" / "paco" / wandb_run["run_dir"].name
-    shutil.copytree(wandb_run["run_dir"], run_dir, ignore=shutil.ignore_patterns("wandb"))
-    (run_dir / "metrics.json").unlink()
-    script_dir = tmp_path / "script"
-    shutil.copytree(wandb_run["run_dir"] / "wandb", script_dir / "wandb")
-    args = json.loads((run_dir / "args.json").read_text())
-    assert args["wandb_run_id"] == run_dir.name
-    out = tmp_path / "board"
-    tables = leaderboard([str(tmp_path / "trained_models"), "--logs", str(script_dir), "--out",
-                          str(out)])  # fmt: skip
-    (row,) = tables["synthetic_lt (imbalance 4)"]
-    last = [r for r in _logged_rows(wandb_run["run_dir"]) if "val_head_acc1" in r][-1]
-    assert row.value("head") == pytest.approx(last["val_head_acc1"])
-    assert row.value("online") == pytest.approx(last["val_acc1"])
-    assert row.evaluations == ["head", "online", "online_knn"]
-    # a killed run: its log's torn end (the last validation row's record cut short) leaves
-    # the rows before it: the first epoch's validation row
-    from wandb.proto import wandb_internal_pb2
-
-    from solo_ext.leaderboard.wandb_log import records
-
-    (log,) = (script_dir / "wandb").glob("offline-run-*/run-*.wandb")
-    data = log.read_bytes()
-    val_records = []
-    for payload in records(log):
-        record = wandb_internal_pb2.Record()
-        record.ParseFromString(payload)
-        keys = [item.key or "/".join(item.nested_key) for item in record.history.item]
-        if "val_head_acc1" in keys:
-            val_records.append(payload)
-    assert len(val_records) == 2  # (two epochs)
-    log.write_bytes(data[: data.index(val_records[-1]) + len(val_records[-1]) // 2])
-    tables = leaderboard([str(tmp_path / "trained_models"), "--logs", str(script_dir), "--out",
-                          str(out)])  # fmt: skip
-    (row,) = tables["synthetic_lt (imbalance 4)"]
-    first = [r for r in _logged_rows(wandb_run["run_dir"]) if "val_head_acc1" in r][0]
-    assert first["val_head_acc1"] != last["val_head_acc1"] or first["val_acc1"] != last["val_acc1"]
-    assert row.value("head") == pytest.approx(first["val_head_acc1"])
-    assert row.value("online") == pytest.approx(first["val_acc1"])
 
 
 def test_a_copied_run_directory_counts_once(tmp_path, capsys):

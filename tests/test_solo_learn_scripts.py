@@ -687,8 +687,8 @@ def test_main_linears_classifier_stage_updates_the_backbones_batchnorm(bn, pretr
 
 def test_the_leaderboard_reads_a_main_pretrain_run(pretrained, tmp_path):
     """solo-ext-leaderboard on main_pretrain.py's run directory (solo-learn's layout, its logs
-    in lightning_logs/ where the script ran): the online kNN and its split, from the last
-    validation row."""
+    in lightning_logs/ where the script ran): the online kNN and its split, the last
+    validation row's."""
     import csv as csv_module
 
     cwd = pretrained.parents[2]
@@ -710,6 +710,12 @@ def test_the_leaderboard_reads_a_main_pretrain_run(pretrained, tmp_path):
         last = [r for r in csv_module.DictReader(f) if r.get("val_knn_acc1")][-1]
     assert row["method"] == "dscl" and row["knn_acc1"] == ""  # (the online kNN's own columns)
     assert float(row["online_knn_acc1"]) == pytest.approx(float(last["val_knn_acc1"]), abs=0.01)
+    # read from the run's metrics.json, where the plugin keeps the last validation values
+    # whichever logger the script has (with wandb there is no CSV log)
+    kept = json.loads((pretrained / "metrics.json").read_text())
+    want = {k: float(v) for k, v in last.items() if k.startswith("val_") and v}
+    want = {k: None if math.isnan(v) else v for k, v in want.items()}  # (NaN: null)
+    assert {k: v for k, v in kept.items() if k.startswith("val_")} == pytest.approx(want)
     # main_pretrain.py's record names the shipped recipe; what the command line changed is
     # flagged against it, nothing else
     saved = json.loads((pretrained / "args.json").read_text())

@@ -8,6 +8,7 @@ in one line before any data is built or anything is written.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import os
 import typing
@@ -19,6 +20,7 @@ import lightning.pytorch as pl
 import torch
 from lightning.fabric.connector import _PRECISION_INPUT_STR, _PRECISION_INPUT_STR_ALIAS
 from lightning.pytorch.accelerators import AcceleratorRegistry
+from lightning.pytorch.callbacks import LambdaCallback
 from lightning.pytorch.loggers import CSVLogger
 from lightning.pytorch.strategies import StrategyRegistry
 from omegaconf import DictConfig, OmegaConf
@@ -60,6 +62,7 @@ from solo_ext.data.transforms import (
     build_pretrain_transform,
     check_augmentations,
 )
+from solo_ext.eval.metrics_file import update_validation
 from solo_ext.facts import facts
 from solo_ext.host import BACKBONES, METHODS, build_backbone, omegaconf_select
 from solo_ext.methods.registry import method_transform, register
@@ -334,6 +337,9 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     callbacks: list[Any] = [EpochSeed(cfg.seed, train_loader.sampler, train_loader.generator)]
     if cfg.checkpoint.enabled:
         callbacks += checkpoint_callbacks(cfg, run_dir, run_id)
+        # the last validation values in metrics.json, whichever logger (the leaderboard's source)
+        keep = functools.partial(update_validation, out_dir=run_dir)
+        callbacks.append(LambdaCallback(on_validation_end=lambda trainer, _: keep(trainer)))
     if cfg.wandb.enabled:
         from lightning.pytorch.loggers import WandbLogger
 

@@ -4,7 +4,7 @@
 
 Finds the pretraining runs under the paths (solo-ext's and solo-learn's layout: ``args.json``
 beside the checkpoints) and the linear / kNN results of each (``metrics.json``, solo-learn's
-``main_linear.py`` runs, the CSV or wandb logs; :mod:`solo_ext.leaderboard.runs`), and writes for
+``main_linear.py`` runs, the CSV logs; :mod:`solo_ext.leaderboard.runs`), and writes for
 each dataset ``<out>/<dataset>.md``, ``.csv``, ``.tex`` and ``.png``: method, backbone, epochs,
 total batch, the protocol options that differ from the published protocol, one column group
 per evaluation, beside the published rows of that dataset (``published.csv``, with source and

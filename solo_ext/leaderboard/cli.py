@@ -40,7 +40,7 @@ def parser() -> argparse.ArgumentParser:
         type=Path,
         action="append",
         default=[],
-        help="a directory holding solo-learn's lightning_logs/ or wandb/ (default: where each "
+        help="a directory holding solo-learn's lightning_logs/ (default: where each "
         "script ran, the paths given and the current directory); repeatable",
     )
     p.add_argument(

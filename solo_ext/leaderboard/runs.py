@@ -15,13 +15,13 @@ Medium / Few, each from one place:
 - ``knn``, the offline kNN: ``metrics.json``'s ``knn_*`` (``solo-ext-knn``, the final kNN of
   ``solo-ext-pretrain``).
 
-A run's log is its CSV log: ``<run>/logs*/metrics.csv`` (``solo-ext-pretrain``), or for
-solo-learn's scripts without wandb Lightning's ``lightning_logs/version_<N>/metrics.csv`` in the
-directory the script ran in, where ``N`` is the run directory's name (solo-learn names runs by
-the logger's version); else, for a run logged with wandb (online or offline), the history of its
-wandb transaction log (:mod:`solo_ext.leaderboard.wandb_log`): ``<run>/wandb/``
-(``solo-ext-pretrain``) or ``wandb/`` where the script ran (solo-learn's), the run found by its
-id (``wandb_run_id`` in ``args.json``).
+The online evaluations (the last validation values) come from ``metrics.json``'s ``val_*``,
+which every run keeps there whichever logger it has (``solo-ext-pretrain``, and solo-learn's
+scripts with the plugin loaded); else, for a run made without them, its CSV log:
+``<run>/logs*/metrics.csv`` (``solo-ext-pretrain``), or for solo-learn's scripts without wandb
+Lightning's ``lightning_logs/version_<N>/metrics.csv`` in the directory the script ran in, where
+``N`` is the run directory's name (solo-learn names runs by the logger's version). No wandb file
+is read.
 """
 
 from __future__ import annotations
@@ -37,7 +37,6 @@ from typing import Any
 
 from solo_ext.config import CORE_RUN_OPTIONS, ConfigError, declared, world_size
 from solo_ext.eval.options import DECOUPLED_STAGES
-from solo_ext.leaderboard.wandb_log import history, run_logs
 
 GROUPS = ("many", "medium", "few")
 METRICS = ("acc1", "acc5", *GROUPS)
@@ -220,41 +219,22 @@ def csv_logs(run_dir: Path, args: dict[str, Any], search: list[Path]) -> Path | 
     return None
 
 
-def wandb_logs(run_dir: Path, args: dict[str, Any], search: list[Path]) -> list[Path]:
-    """The run's wandb transaction logs (oldest first: a resumed run has one per start): in
-    ``<run>/wandb/`` (``solo-ext-pretrain``), else in the ``wandb/`` of the directory the
-    script ran in, of ``search``, of the current directory or of ``$WANDB_DIR``."""
-    run_id = str(args.get("wandb_run_id") or run_dir.name)
-    bases = [run_dir, *possible_cwds(run_dir, args), *search, Path.cwd()]
-    if os.environ.get("WANDB_DIR"):
-        bases.append(Path(os.environ["WANDB_DIR"]))
-    for base in bases:
-        for folder in (base / "wandb", base):
-            logs = run_logs(folder, run_id)
-            if logs:
-                return logs
-    return []
-
-
 def last_val_row(
     run_dir: Path, args: dict[str, Any], search: list[Path], keys: tuple[str, ...]
 ) -> tuple[dict[str, Any], Path] | None:
-    """The last row of the run's log with a value in one of ``keys``, and the log it is from:
-    its CSV log (:func:`csv_logs`), else its wandb log (:func:`wandb_logs`; the newest start
-    that has such a row)."""
+    """The run's last validation values with a value in one of ``keys``, and the file they are
+    from: ``metrics.json``'s ``val_*``, else the last such row of its CSV log
+    (:func:`csv_logs`)."""
+    metrics_path = run_dir / "metrics.json"
+    try:
+        metrics = json.loads(metrics_path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        metrics = None
+    if isinstance(metrics, dict) and any(_float(metrics.get(k)) is not None for k in keys):
+        return metrics, metrics_path
     log = csv_logs(run_dir, args, search)
     row = _last_val_row(log, keys) if log is not None else None
-    if row is not None and log is not None:
-        return row, log
-    for path in reversed(wandb_logs(run_dir, args, search)):
-        try:
-            rows = history(path)
-        except ValueError:
-            continue
-        rows = [r for r in rows if any(_float(r.get(k)) is not None for k in keys)]
-        if rows:
-            return rows[-1], path
-    return None
+    return (row, log) if row is not None and log is not None else None
 
 
 def shown(path: Path) -> str:
@@ -389,7 +369,7 @@ def is_linear_run(args: dict[str, Any]) -> bool:
 
 
 def linear_eval(run_dir: Path, args: dict[str, Any], search: list[Path]) -> Eval | None:
-    """The last validation result of a ``main_linear.py`` run (its CSV or wandb log)."""
+    """The last validation result of a ``main_linear.py`` run (its ``metrics.json`` or CSV log)."""
     found = last_val_row(run_dir, args, search, ("val_acc1",))
     if found is None:
         return None
@@ -464,7 +444,7 @@ def find_runs(paths: list[Path], search: list[Path]) -> Found:
     for run in found.runs:
         if not run.evals:
             found.skipped.append(
-                (run.path, "no result (no metrics.json, no validation row in a CSV or wandb log)")
+                (run.path, "no result (no metrics.json, no validation row in a CSV log)")
             )
         else:
             kept.append(run)
@@ -539,7 +519,7 @@ def attach_linear_runs(found: Found, search: list[Path], copies: list[tuple[Run,
         result = linear_eval(linear_dir, args, search)
         if result is None:
             found.skipped.append(
-                (linear_dir, "linear run without a validation row in a CSV or wandb log")
+                (linear_dir, "linear run without a validation row in metrics.json or a CSV log")
             )
             continue
         stamp = (linear_dir / "args.json").stat().st_mtime

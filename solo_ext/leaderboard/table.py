@@ -389,8 +389,8 @@ def markdown(dataset: str, rows: list[Row]) -> str:
     lines += [
         "",
         "Published rows are the numbers as their source gives them (source column; `—`: not "
-        "given there); measured rows are read from each run's `metrics.json` and its CSV or "
-        "wandb log. "
+        "given there); measured rows are read from each run's `metrics.json` (else its CSV "
+        "log). "
         "Runs that differ in nothing but the seed (the same config, evaluations and environment) "
         "make one row: each number is their mean ± the sample standard deviation over the runs "
         "(`runs`: n and the seeds; `--per-run` lists them one by one). "

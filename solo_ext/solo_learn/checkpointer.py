@@ -1,5 +1,6 @@
 """``solo.utils.checkpointer``: atomic checkpoint writes, the run's environment in ``args.json``,
-and a resumed solo-ext run continuing in its own directory.
+the last validation values in ``metrics.json``, and a resumed solo-ext run continuing in its own
+directory.
 """
 
 from __future__ import annotations
@@ -87,5 +88,18 @@ def apply(module: ModuleType) -> None:
         text = json.dumps(args, default=lambda o: "<not serializable>")
         atomic_write_text(self.path / "args.json", text)
 
+    validation_end = base.on_validation_end
+
+    @functools.wraps(validation_end)
+    def on_validation_end(self, trainer, pl_module):
+        """The run's last validation values (``val_*``) in ``metrics.json`` beside its
+        checkpoints, whichever logger it has, as ``solo-ext-pretrain`` keeps them."""
+        validation_end(self, trainer, pl_module)
+        if getattr(self, "path", None) is not None:
+            from solo_ext.eval.metrics_file import update_validation
+
+            update_validation(trainer, self.path)
+
     base.initial_setup = initial_setup
     base.save_args = save_args
+    base.on_validation_end = on_validation_end
