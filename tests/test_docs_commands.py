@@ -119,7 +119,9 @@ RUNS = {
         data="imagenet_lt", solo=True, nodes=2, leaves=["trained_models/dscl/*/*.ckpt"]
     ),
     "tutorial-cifar100-lt": Block(data="cifar100", leaves=["leaderboard/cifar100_lt*.md"]),
-    "tutorial-cifar100-lt-seeds": Block(data="cifar100", leaves=["trained_models/dscl/*/*.ckpt"]),
+    "tutorial-cifar100-lt-seeds": Block(
+        data="cifar100", leaves=["trained_models/dscl/*/*.ckpt", "seeds.csv", "dscl-scl.png"]
+    ),
 }
 # checked elsewhere: CI runs the set-up block (test_readme.py), test_cli.py the main job; the
 # fresh solo-learn install downloads it (test_the_fresh_install_names_the_tested_solo_learn);

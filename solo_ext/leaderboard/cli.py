@@ -33,6 +33,12 @@ def parser() -> argparse.ArgumentParser:
         "paths", nargs="+", type=Path, help="run directories, or roots to search (trained_models/)"
     )
     p.add_argument(
+        "--study",
+        action="store_true",
+        help="a study's tables over seeds instead (the zoo's pages: rows by method or folder, "
+        "Welch's t with Holm's correction, the per-seed CSV): see --study --help",
+    )
+    p.add_argument(
         "--out", type=Path, default=Path("leaderboard"), help="output directory (./leaderboard)"
     )
     p.add_argument(
@@ -99,8 +105,14 @@ def _safe(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9.-]+", "_", name).strip("_") or "dataset"
 
 
-def run(argv: list[str] | None = None) -> dict[str, list]:
-    """The command: returns dataset -> its rows (see :func:`build_tables`)."""
+def run(argv: list[str] | None = None) -> dict[str, list] | None:
+    """The command: returns dataset -> its rows (see :func:`build_tables`); with ``--study``
+    the study mode (:mod:`solo_ext.leaderboard.study`), which prints its tables."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if "--study" in argv:
+        from solo_ext.leaderboard import study
+
+        return study.run([a for a in argv if a != "--study"])
     args = parser().parse_args(argv)
     with one_line_errors(PROG):
         check_args(args)

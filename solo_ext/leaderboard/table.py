@@ -216,6 +216,12 @@ def _setting(run: Run) -> str:
     return json.dumps(args, sort_keys=True, default=str)
 
 
+def mean_and_spread(values: list[float]) -> tuple[float, float | None]:
+    """The mean of seeds' values and their sample standard deviation (None below two values):
+    every table's mean ± spread, the leaderboard's and its study mode's."""
+    return statistics.mean(values), statistics.stdev(values) if len(values) > 1 else None
+
+
 def _mean_row(rows: list[Row]) -> Row:
     """One row of runs that differ in nothing but the seed: each number's mean over the runs
     that have it, and its sample standard deviation (None below two values)."""
@@ -223,8 +229,7 @@ def _mean_row(rows: list[Row]) -> Row:
     means, spread = {}, {}
     for key in sorted({k for r in rows for k in r.values}):
         values = [r.values[key] for r in rows if r.values.get(key) is not None]
-        means[key] = statistics.fmean(values)
-        spread[key] = statistics.stdev(values) if len(values) > 1 else None
+        means[key], spread[key] = mean_and_spread(values)
     return replace(
         first,
         label=f"{first.method} {first.names[0]}".strip(),

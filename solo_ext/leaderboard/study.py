@@ -1,25 +1,23 @@
-"""Summarises pretraining runs into a markdown table (mean +- std over seeds) and a plot.
+"""``solo-ext-leaderboard --study``: a study's tables over seeds (the zoo's pages), from the runs
+the leaderboard finds (:func:`solo_ext.leaderboard.runs.find_runs`: the same run directories,
+copies counted once, what cannot be read skipped in one line) or from the per-seed file this mode
+writes.
 
-    python zoo/summarize.py <checkpoint dir> [<dir> ...] [--plot zoo/synthetic-lt.png] [--stages]
+    solo-ext-leaderboard --study <run roots> [--plot knn.png] [--stages] [--by folder]
 
-Reads ``<dir>/<method>/<run id>/metrics.json`` and ``args.json`` of every run below the
-directories, groups the runs by method, and prints kNN top-1 overall / many / medium / few (and,
-for one-stage methods, the same of their head; for DenseCL its dense probe). With ``--stages``,
-the classifier stages of ``solo-ext-linear classifier_stage=all`` instead: one row per method and
-stage, then the same per seed (``--plot`` then draws top-1 and few-shot per stage). With
-``--entry-points``, the same methods through both entry points side by side: each directory is one
-method's runs, one folder per seed, through ``solo-ext-*`` or through solo-learn's
-``main_pretrain.py`` and ``main_linear.py`` (whose CSV log, ``lightning_logs/*/metrics.csv`` in the
-seed's folder, gives DSCL's stage at its last epoch); then each method's gap between the two, the
-seeds' spread of each, the standard error of the gap and its 95 % confidence interval.
-
-``--by folder`` names each row by the folder below the root that holds its runs (a study's rows
-that share a method: PBSD's ablations) instead of by its method. ``--csv FILE`` also writes every
-run's values, one line per row and seed; ``--from-csv FILE`` makes the tables from such a file
-instead of from runs. ``--compare A:B`` (repeated) adds a significance table: for each reported
-metric, the gap of A's mean over B's with its 95 % confidence interval, Welch's t-test and its p
-corrected by Holm's method over the comparisons; ``--paired A:B`` compares the two rows seed by
-seed instead (a paired t-test: two rows trained alike from the same seeds).
+Groups the runs by method (DenseCL by its lambda, GPaCo apart from PaCo, All4One's centroid
+transformer by its k, the untrained floor apart), or with ``--by folder`` by the folder below the
+root that holds them (a study's rows that share a method: PBSD's ablations), and prints kNN top-1
+overall / many / medium / few (at k 10 too where measured; a one-stage method's head; DenseCL's
+dense probe), mean ± the sample standard deviation over seeds. ``--stages``: the classifier
+stages of ``solo-ext-linear classifier_stage=all`` instead, one row per row and stage, then per
+seed. ``--entry-points``: each root one method's runs through one entry point, ``solo-ext-*`` or
+solo-learn's ``main_pretrain.py`` and ``main_linear.py`` (whose result the leaderboard attaches to
+the run), side by side with the gap's standard error and 95 % confidence interval. ``--csv FILE``
+also writes every run's values, one line per row and seed; ``--from-csv FILE`` makes the tables
+from such a file. ``--compare A:B`` (repeated): for each compared metric, the gap of A's mean over
+B's with its 95 % confidence interval, Welch's t-test and its p corrected by Holm's method over
+the comparisons; ``--paired A:B`` compares two rows seed by seed (a paired t-test).
 """
 
 from __future__ import annotations
@@ -29,10 +27,16 @@ import csv
 import json
 import math
 import statistics
+import sys
 from collections import defaultdict
 from pathlib import Path
 
+from solo_ext.config import ConfigError, one_line_errors
+from solo_ext.leaderboard.runs import Run, find_runs
+from solo_ext.leaderboard.table import mean_and_spread
 from solo_ext.runs.environment import summary
+
+PROG = "solo-ext-leaderboard --study"
 
 KEYS = ("knn_acc1", "knn_acc1_many", "knn_acc1_medium", "knn_acc1_few")
 HEADERS = ("kNN top-1", "many", "medium", "few")
@@ -69,30 +73,46 @@ COMPARED = {
 }
 
 
+def row_name(run: Run, root: Path, by: str) -> str:
+    """A run's row: its method (DenseCL with its lambda, whose 0 is its baseline; PaCo with
+    ``gpaco`` as GPaCo; All4One's centroid transformer with its k; a run named untrained-* as
+    the floor), or with ``by="folder"`` the folder below ``root`` that holds it."""
+    if by == "folder":
+        return run.path.relative_to(root).parts[0]
+    name, kwargs = run.method, run.method_kwargs
+    if "lambda" in kwargs:
+        name += f" (lambda {kwargs['lambda']})"
+    if kwargs.get("gpaco"):
+        name = "paco (gpaco)"
+    if "centroid_temperature" in kwargs:
+        name += f" (k {kwargs['k']})"
+    if str(run.args.get("name", "")).startswith("untrained"):
+        name = "untrained"
+    return name
+
+
 def collect(*roots: Path, by: str = "method") -> dict[str, list[dict]]:
-    """Runs grouped by method (and DenseCL's lambda, which makes its baseline), or with
-    ``by="folder"`` by the folder below the root that holds them."""
+    """The runs the leaderboard finds under ``roots``, grouped by :func:`row_name`, each its
+    seed, data set, environment and ``metrics.json`` values; DSCL's stage of a run evaluated by
+    ``main_linear.py`` is the leaderboard's attached result (``entry``: solo-learn's scripts)."""
     runs: dict[str, list[dict]] = defaultdict(list)
-    found = [(root, p) for root in roots for p in sorted(root.rglob("metrics.json"))]
-    for root, metrics_path in found:
-        args = json.loads((metrics_path.parent / "args.json").read_text())
-        metrics = json.loads(metrics_path.read_text())
-        name = args["method"]
-        kwargs = args.get("method_kwargs", {})
-        if "lambda" in kwargs:  # densecl: lambda 0 is its baseline
-            name += f" (lambda {kwargs['lambda']})"
-        if kwargs.get("gpaco"):  # paco with gpaco: true is GPaCo
-            name = "paco (gpaco)"
-        if "centroid_temperature" in kwargs:  # all4one_ct: compared over k
-            name += f" (k {kwargs['k']})"
-        if str(args.get("name", "")).startswith("untrained"):  # the floor: no training
-            name = "untrained"
-        if by == "folder":
-            name = metrics_path.relative_to(root).parts[0]
-        env = summary(args.get("environment")) or "not recorded"
-        dataset = args.get("data", {}).get("dataset")
-        runs[name].append({"seed": args.get("seed"), "environment": env, "dataset": dataset})
-        runs[name][-1].update(metrics)
+    for root in roots:
+        found = find_runs([root], [])
+        for path, reason in found.skipped:
+            print(f"{PROG}: skipped {path}: {reason}", file=sys.stderr)
+        for run in found.runs:
+            metrics = (
+                json.loads(p.read_text()) if (p := run.path / "metrics.json").is_file() else {}
+            )
+            env = summary(run.environment) or "not recorded"
+            item = {"seed": run.args.get("seed"), "environment": env, "dataset": run.dataset}
+            item.update(metrics)
+            linear = run.evals.get("linear")
+            if linear is not None and "linear_acc1" not in metrics:  # main_linear.py's
+                item["entry"] = "solo-learn's scripts"
+                for group, metric in zip(GROUPS, ("acc1", "many", "medium", "few")):
+                    item[STAGES["balanced_linear"] + group] = linear.value(metric)
+            runs[row_name(run, root, by)].append(item)
     for items in runs.values():
         items.sort(key=lambda r: (r["seed"] is None, r["seed"]))
     return dict(sorted(runs.items()))
@@ -250,17 +270,18 @@ def table(runs: dict[str, list[dict]]) -> str:
     return "\n".join(lines)
 
 
-def mean_and_std(values: list[float]) -> tuple[float, float]:
-    """The mean and sample standard deviation (0 for one value, (0, 0) for none)."""
-    if not values:
-        return 0.0, 0.0
-    return statistics.mean(values), statistics.stdev(values) if len(values) > 1 else 0.0
-
-
 def mean_std(values: list[float]) -> str:
     """The mean ± the sample standard deviation; one seed has no spread, so its value alone."""
-    mean, std = mean_and_std(values)
-    return f"{mean:.1f}" if len(values) == 1 else f"{mean:.1f} ± {std:.1f}"
+    mean, std = mean_and_spread(values)
+    return f"{mean:.1f}" if std is None else f"{mean:.1f} ± {std:.1f}"
+
+
+def mean_and_std(values: list[float]) -> tuple[float, float]:
+    """A plotted bar: the mean and its whisker (0 for one value; no bar, (0, 0), for none)."""
+    if not values:
+        return 0.0, 0.0
+    mean, std = mean_and_spread(values)
+    return mean, std or 0.0
 
 
 def stage_table(runs: dict[str, list[dict]]) -> str:
@@ -300,6 +321,11 @@ def stage_seeds(runs: dict[str, list[dict]]) -> str:
             if any(cells):
                 lines.append(f"| {seed} | {stage} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def _cell(items: list[dict], key: str) -> tuple[float, float]:
+    """A bar of ``key`` over the runs that have it (an empty shot group's value is null)."""
+    return mean_and_std([r[key] for r in items if r.get(key) is not None])
 
 
 def _bar_panels(
@@ -348,19 +374,16 @@ def plot_stages(runs: dict[str, list[dict]], path: Path) -> None:
         if any(r.get(prefix + "acc1") is not None for items in runs.values() for r in items)
     }
 
-    def cell(items: list[dict], key: str) -> tuple[float, float]:
-        return mean_and_std([r[key] for r in items if r.get(key) is not None])
-
     best = {
-        m: max(cell(items, p + "acc1")[0] for p in stages.values()) for m, items in runs.items()
+        m: max(_cell(items, p + "acc1")[0] for p in stages.values()) for m, items in runs.items()
     }
     methods = sorted(runs, key=lambda m: -best[m])
     panels = [
-        (stage, [cell(runs[m], prefix + "acc1") for m in methods])
+        (stage, [_cell(runs[m], prefix + "acc1") for m in methods])
         for stage, prefix in stages.items()
     ]
     floor = (
-        [cell(runs["untrained"], p + "acc1")[0] for p in stages.values()]
+        [_cell(runs["untrained"], p + "acc1")[0] for p in stages.values()]
         if "untrained" in runs
         else None
     )
@@ -370,36 +393,16 @@ def plot_stages(runs: dict[str, list[dict]], path: Path) -> None:
     )
 
 
-def main_linear_stage(seed_dir: Path) -> dict[str, float]:
-    """DSCL's stage as solo-learn's ``main_linear.py`` logged it (its CSV log in the seed's folder):
-    the validation top-1 overall / many / medium / few of its last epoch, under the
-    ``balanced_linear`` keys; empty where the folder has no such log."""
-    rows = [
-        row
-        for log in sorted(seed_dir.glob("lightning_logs/*/metrics.csv"))
-        for row in csv.DictReader(log.open())
-        if row.get("val_acc1")
-    ]
-    if not rows:
-        return {}
-    last = max(rows, key=lambda row: int(row["step"]))
-    return {STAGES["balanced_linear"] + g: float(last["val_" + g]) for g in GROUPS}
-
-
 def entry_point_runs(root: Path) -> tuple[str, str, list[dict]]:
-    """One method's runs below ``root`` (a folder per seed): its name, its entry point and the
-    runs, the stage of ``main_linear.py`` read from its log where it made them."""
+    """One method's runs below ``root`` (a folder per seed): its name, its entry point (where
+    its DSCL stage came from) and the runs."""
     runs = collect(root)
     if len(runs) != 1:
-        raise SystemExit(f"--entry-points: {root} holds runs of {sorted(runs)}, not of one method")
+        raise ConfigError(
+            f"--entry-points: {str(root)!r} holds runs of {sorted(runs)}, not of one method"
+        )
     ((method, items),) = runs.items()
-    entry = "`solo-ext-*`"
-    for seed_dir in sorted(d for d in root.iterdir() if d.is_dir()):
-        stage = main_linear_stage(seed_dir)
-        if stage:
-            entry = "solo-learn's scripts"
-            seed = json.loads(next(seed_dir.rglob("args.json")).read_text()).get("seed")
-            next(r for r in items if r["seed"] == seed).update(stage)
+    entry = "solo-learn's scripts" if any("entry" in r for r in items) else "`solo-ext-*`"
     return method, entry, items
 
 
@@ -455,7 +458,8 @@ def entry_point_table(roots: list[Path]) -> str:
 
 def plot(runs: dict[str, list[dict]], path: Path, dataset: str = "synthetic_lt") -> None:
     """kNN top-1 overall / many / medium / few (one panel each), methods ordered by overall."""
-    cells = {m: [mean_and_std([r[k] for r in items]) for k in KEYS] for m, items in runs.items()}
+
+    cells = {m: [_cell(items, k) for k in KEYS] for m, items in runs.items()}
     methods = sorted(runs, key=lambda m: -cells[m][0][0])
     groups = ["overall", "many", "medium", "few"]
     panels = [(g, [cells[m][i] for m in methods]) for i, g in enumerate(groups)]
@@ -471,10 +475,12 @@ def plot(runs: dict[str, list[dict]], path: Path, dataset: str = "synthetic_lt")
     )
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("roots", type=Path, nargs="*")
-    p.add_argument("--plot", type=Path)
+def parser() -> argparse.ArgumentParser:
+    from solo_ext.leaderboard.cli import _Parser
+
+    p = _Parser(prog=PROG, description=__doc__.splitlines()[0].split(": ", 1)[1])
+    p.add_argument("roots", type=Path, nargs="*", help="roots of the study's runs")
+    p.add_argument("--plot", type=Path, help="also draw the table into this PNG")
     p.add_argument(
         "--by", choices=("method", "folder"), default="method", help="how rows are named"
     )
@@ -486,19 +492,48 @@ def main() -> None:
     p.add_argument(
         "--entry-points",
         action="store_true",
-        help="each directory one method's runs through one entry point: the two side by side",
+        help="each root one method's runs through one entry point: the two side by side",
     )
-    args = p.parse_args()
-    if args.entry_points:
-        print(entry_point_table(args.roots))
-        return
-    if (args.from_csv is None) == (not args.roots):
-        p.error("give run directories or --from-csv (one of the two)")
-    runs = read_seeds(args.from_csv) if args.from_csv else collect(*args.roots, by=args.by)
-    if args.csv:
-        write_seeds(runs, args.csv)
-    comparisons = [(*c.split(":", 1), False) for c in args.compare]
-    comparisons += [(*c.split(":", 1), True) for c in args.paired]
+    return p
+
+
+def comparisons_of(args: argparse.Namespace, rows: list[str]) -> list[tuple[str, str, bool]]:
+    """``--compare`` / ``--paired`` as (A, B, paired); one line for one that is not A:B. A row
+    without runs yet (a study under way) is said on stderr and listed as not tested."""
+    out = []
+    for option, items in (("--compare", args.compare), ("--paired", args.paired)):
+        for item in items:
+            pair = item.split(":")
+            if len(pair) != 2 or not all(pair):
+                raise ConfigError(f"{option}={item!r}: expected A:B, two rows")
+            for name in (n for n in pair if n not in rows):
+                print(f"{PROG}: {option}={item!r}: no runs of {name!r} yet (rows: "
+                      f"{', '.join(rows)}): not tested", file=sys.stderr)  # fmt: skip
+            out.append((pair[0], pair[1], option == "--paired"))
+    return out
+
+
+def run(argv: list[str] | None = None) -> None:
+    args = parser().parse_args(argv)
+    with one_line_errors(PROG):
+        for path in args.roots:
+            if not path.is_dir():
+                raise ConfigError(f"roots: {str(path)!r}: no such directory")
+        if args.entry_points:
+            print(entry_point_table(args.roots))
+            return
+        if (args.from_csv is None) == (not args.roots):
+            raise ConfigError("give run roots or --from-csv (one of the two)")
+        if args.from_csv is not None and not args.from_csv.is_file():
+            raise ConfigError(f"--from-csv={str(args.from_csv)!r}: no such file")
+        runs = read_seeds(args.from_csv) if args.from_csv else collect(*args.roots, by=args.by)
+        if not runs:
+            raise ConfigError(
+                f"roots: no run with a result under {', '.join(map(str, args.roots))}"
+            )
+        comparisons = comparisons_of(args, list(runs))
+        if args.csv:
+            write_seeds(runs, args.csv)
     if comparisons:
         print(significance_table(runs, comparisons))
         print()
@@ -517,7 +552,3 @@ def main() -> None:
     if args.plot:
         datasets = sorted({str(r["dataset"]) for items in runs.values() for r in items})
         plot(runs, args.plot, ", ".join(datasets))
-
-
-if __name__ == "__main__":
-    main()

@@ -1,9 +1,9 @@
-"""zoo/summarize.py's classifier-stage tables: every stage of every method, mean and sample
-standard deviation over the runs that have it, and the per-seed cells from the runs' files."""
+"""solo-ext-leaderboard --study, the zoo pages' tables: each row's mean and sample standard
+deviation over seeds (kNN, every classifier stage), the per-seed cells and file, the entry points
+side by side, and Welch's / paired t-tests with Holm's correction as worked by hand."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 from pathlib import Path
@@ -11,21 +11,21 @@ from pathlib import Path
 import pytest
 from scipy import stats
 
-ZOO = Path(__file__).resolve().parents[1] / "zoo" / "summarize.py"
+from solo_ext.leaderboard import cli, study
 
-
-def load():
-    spec = importlib.util.spec_from_file_location("zoo_summarize", ZOO)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+ZOO = Path(__file__).resolve().parents[1] / "zoo"
 
 
 def write_run(root: Path, method: str, seed: int, metrics: dict) -> None:
     run = root / method / f"run{seed}"
     run.mkdir(parents=True)
-    (run / "args.json").write_text(json.dumps({"method": method, "seed": seed}))
+    write_args(run, method, seed)
     (run / "metrics.json").write_text(json.dumps(metrics))
+
+
+def write_args(run: Path, method: str, seed: int, **more) -> None:
+    args = {"method": method, "seed": seed, "data": {"dataset": "fashion_mnist_lt"}, **more}
+    (run / "args.json").write_text(json.dumps(args))
 
 
 def stage_metrics(prefix: str, base: float) -> dict:
@@ -38,7 +38,6 @@ def stage_metrics(prefix: str, base: float) -> dict:
 
 
 def test_the_stage_table_gives_each_stage_its_mean_and_spread_and_each_seed_its_cells(tmp_path):
-    summarize = load()
     write_run(
         tmp_path,
         "dscl",
@@ -62,10 +61,10 @@ def test_the_stage_table_gives_each_stage_its_mean_and_spread_and_each_seed_its_
         },
     )
     write_run(tmp_path, "scl", 0, stage_metrics("linear_lws_", 40.0))
-    runs = summarize.collect(tmp_path)
+    runs = study.collect(tmp_path)
     rows = {
         tuple(c.strip() for c in line.split("|")[1:3]): [c.strip() for c in line.split("|")[3:-1]]
-        for line in summarize.stage_table(runs).splitlines()[2:]
+        for line in study.stage_table(runs).splitlines()[2:]
     }
     # the sample standard deviation of two values a, b is |a - b| / sqrt(2)
     assert rows[("`dscl`", "balanced_linear")][:2] == ["0, 1", f"62.0 ± {4 / math.sqrt(2):.1f}"]
@@ -88,17 +87,16 @@ def test_the_stage_table_gives_each_stage_its_mean_and_spread_and_each_seed_its_
         ("`dscl`", "tau_norm"),
         ("`scl`", "lws"),
     }
-    per_seed = summarize.stage_seeds(runs).splitlines()
+    per_seed = study.stage_seeds(runs).splitlines()
     assert per_seed[0] == "| seed | stage | dscl | scl |"
     assert "| 1 | tau_norm | 54.0 / 64.0 / 59.0 / 34.0 |  |" in per_seed
     assert "| 0 | lws |  | 40.0 / 50.0 / 45.0 / 20.0 |" in per_seed
-    summarize.plot_stages(runs, tmp_path / "stages.png")
+    study.plot_stages(runs, tmp_path / "stages.png")
     assert (tmp_path / "stages.png").stat().st_size > 0
 
 
 def test_the_untrained_floor_is_its_own_row(tmp_path):
     """A run named untrained-* (the floor: scl at lr 1e-8) is not folded into scl's row."""
-    summarize = load()
     for name, seed in (("untrained-fashion-mnist-lt", 0), ("scl-fashion-mnist-lt", 0)):
         run = tmp_path / name / "scl" / "run"
         run.mkdir(parents=True)
@@ -110,14 +108,14 @@ def test_the_untrained_floor_is_its_own_row(tmp_path):
         }
         (run / "args.json").write_text(json.dumps(args))
         base = 50.0 if "un" in name else 70.0
-        metrics = dict(zip(summarize.KEYS, (base, base + 10, base - 10, base - 30)))
+        metrics = dict(zip(study.KEYS, (base, base + 10, base - 10, base - 30)))
         (run / "metrics.json").write_text(json.dumps(metrics))
-    runs = summarize.collect(tmp_path)
+    runs = study.collect(tmp_path)
     assert sorted(runs) == ["scl", "untrained"]
     assert runs["untrained"][0]["knn_acc1"] == 50.0 and runs["scl"][0]["knn_acc1"] == 70.0
     # one seed: its values, no spread
-    assert "| `scl` | 0 | 70.0 | 80.0 | 60.0 | 40.0 |" in summarize.table(runs).splitlines()
-    summarize.plot(runs, tmp_path / "knn.png", "fashion_mnist_lt")  # the floor as a dashed line
+    assert "| `scl` | 0 | 70.0 | 80.0 | 60.0 | 40.0 |" in study.table(runs).splitlines()
+    study.plot(runs, tmp_path / "knn.png", "fashion_mnist_lt")  # the floor as a dashed line
     assert (tmp_path / "knn.png").stat().st_size > 0
 
 
@@ -125,23 +123,29 @@ def test_the_entry_points_table_reads_main_linears_last_epoch_and_sets_the_gap_b
     tmp_path,
 ):
     """One method through solo-ext-* (DSCL's stage in the run's metrics.json) and through
-    solo-learn's scripts (its stage in main_linear.py's CSV log, the last epoch's row)."""
-    summarize = load()
-    knn = dict.fromkeys(summarize.KEYS[1:], 0.0)
+    solo-learn's scripts (its stage the main_linear.py run of the run's checkpoint, the last
+    epoch's validation row of its CSV log, as the leaderboard attaches it)."""
+    knn = dict.fromkeys(study.KEYS[1:], 0.0)
     ext = tmp_path / "dscl"
     for seed, (knn_top1, stage_top1) in enumerate(((50.0, 40.0), (54.0, 44.0))):
         run = ext / f"seed{seed}" / "trained_models" / "dscl" / "0"
         run.mkdir(parents=True)
-        (run / "args.json").write_text(json.dumps({"method": "dscl", "seed": seed}))
+        write_args(run, "dscl", seed)
         metrics = {"knn_acc1": knn_top1, **knn, **stage_metrics("linear_", stage_top1)}
         (run / "metrics.json").write_text(json.dumps(metrics))
     scripts = tmp_path / "solo-learn-scripts-dscl"
     for seed, (knn_top1, last_top1) in enumerate(((51.0, 47.0), (57.0, 51.0))):
         run = scripts / f"seed{seed}" / "trained_models" / "dscl" / "0"
         run.mkdir(parents=True)
-        (run / "args.json").write_text(json.dumps({"method": "dscl", "seed": seed}))
+        write_args(run, "dscl", seed)
         (run / "metrics.json").write_text(json.dumps({"knn_acc1": knn_top1, **knn}))
-        log = scripts / f"seed{seed}" / "lightning_logs" / "version_0"
+        linear = scripts / f"seed{seed}" / "linear" / "linear" / "1"  # (checkpoint.dir=linear)
+        linear.mkdir(parents=True)
+        ckpt = str(run / "dscl-0-ep=9.ckpt")
+        (linear / "args.json").write_text(json.dumps({
+            "pretrained_feature_extractor": ckpt, "data": {"dataset": "fashion_mnist_lt"},
+            "checkpoint": {"dir": "linear"}, "max_epochs": 10}))  # fmt: skip
+        log = scripts / f"seed{seed}" / "lightning_logs" / "version_1"  # (where it ran)
         log.mkdir(parents=True)
         fields = "val_acc1,val_acc1_many,val_acc1_medium,val_acc1_few,epoch,step,train_loss_epoch"
         rows = [  # an early epoch, the last, and a training row (no validation) after it
@@ -150,7 +154,7 @@ def test_the_entry_points_table_reads_main_linears_last_epoch_and_sets_the_gap_b
             ",,,,9,89,2.5",
         ]
         (log / "metrics.csv").write_text("\n".join([fields, *rows]) + "\n")
-    lines = summarize.entry_point_table([ext, scripts]).splitlines()
+    lines = study.entry_point_table([ext, scripts]).splitlines()
     cells = {
         line.split("|")[2].strip(): [c.strip() for c in line.split("|")[3:-1]]
         for line in lines[2:4]
@@ -178,7 +182,7 @@ def test_the_entry_points_table_reads_main_linears_last_epoch_and_sets_the_gap_b
 
 
 def test_holm_adjusts_one_family_step_down():
-    holm = load().holm
+    holm = study.holm
     # sorted 0.01, 0.03, 0.04: x3, x2, x1 -> 0.03, 0.06, 0.04, made non-decreasing: 0.06
     assert holm([0.01, 0.04, 0.03]) == pytest.approx([0.03, 0.06, 0.06])
     assert holm([0.5, 0.9]) == pytest.approx([1.0, 1.0])  # (at most 1)
@@ -186,20 +190,19 @@ def test_holm_adjusts_one_family_step_down():
 
 
 def test_welch_and_paired_tests_as_worked_by_hand():
-    summarize = load()
     a, b = [60.0, 62.0, 67.0], [55.0, 56.0, 54.0]
     va, vb = (sum((x - sum(v) / 3) ** 2 for x in v) / 2 for v in (a, b))  # 13, 1
     se = math.sqrt(va / 3 + vb / 3)
     df = se**4 / ((va / 3) ** 2 / 2 + (vb / 3) ** 2 / 2)
     gap = sum(a) / 3 - sum(b) / 3
-    got = summarize.welch(a, b)
+    got = study.welch(a, b)
     assert got["gap"] == pytest.approx(gap) and got["se"] == pytest.approx(se)
     assert got["df"] == pytest.approx(df) and got["t"] == pytest.approx(gap / se)
     assert got["p"] == pytest.approx(2 * stats.t.sf(gap / se, df))
     half = stats.t.ppf(0.975, df) * se
     assert (got["low"], got["high"]) == pytest.approx((gap - half, gap + half))
     # paired: the differences 5, 6, 13 (mean 8, sd sqrt(19)), 2 degrees of freedom
-    got = summarize.paired(a, b)
+    got = study.paired(a, b)
     se = math.sqrt(19 / 3)
     assert (got["gap"], got["se"], got["df"]) == pytest.approx((8.0, se, 2.0))
     assert got["p"] == pytest.approx(2 * stats.t.sf(8 / se, 2))
@@ -214,7 +217,7 @@ def write_study(root: Path) -> None:
         for seed, top in enumerate(tops):
             run = root / row / f"seed{seed}" / "trained_models" / row.split("-")[0] / "0"
             run.mkdir(parents=True)
-            (run / "args.json").write_text(json.dumps({"method": row.split("-")[0], "seed": seed}))
+            write_args(run, row.split("-")[0], seed)
             metrics = {"knn_acc1": top, "knn_k10_acc1": top - 1, **stage_metrics("linear_", top)}
             metrics.update({f"knn_{k}": 0.0 for k in ("acc1_many", "acc1_medium", "acc1_few")})
             metrics.update({f"knn_k10_{k}": 0.0 for k in ("acc1_many", "acc1_medium", "acc1_few")})
@@ -222,32 +225,30 @@ def write_study(root: Path) -> None:
 
 
 def test_the_per_seed_file_rebuilds_the_tables_and_rows_go_by_folder(tmp_path):
-    summarize = load()
     write_study(tmp_path / "runs")
-    runs = summarize.collect(tmp_path / "runs", by="folder")
+    runs = study.collect(tmp_path / "runs", by="folder")
     assert sorted(runs) == ["dscl", "pbsd", "pbsd-w0"]  # (by method: two rows, not three)
-    assert sorted(summarize.collect(tmp_path / "runs")) == ["dscl", "pbsd"]
-    summarize.write_seeds(runs, tmp_path / "seeds.csv")
-    again = summarize.read_seeds(tmp_path / "seeds.csv")
-    assert summarize.table(again) == summarize.table(runs)
-    assert summarize.stage_table(again) == summarize.stage_table(runs)
-    assert "kNN k 10 top-1" in summarize.table(runs)
+    assert sorted(study.collect(tmp_path / "runs")) == ["dscl", "pbsd"]
+    study.write_seeds(runs, tmp_path / "seeds.csv")
+    again = study.read_seeds(tmp_path / "seeds.csv")
+    assert study.table(again) == study.table(runs)
+    assert study.stage_table(again) == study.stage_table(runs)
+    assert "kNN k 10 top-1" in study.table(runs)
     comparisons = [("pbsd", "dscl", False), ("pbsd-w0", "pbsd", True)]
-    assert summarize.significance_table(again, comparisons) == summarize.significance_table(
+    assert study.significance_table(again, comparisons) == study.significance_table(
         runs, comparisons
     )
 
 
 def test_the_significance_table_corrects_each_metric_over_its_comparisons(tmp_path):
-    summarize = load()
     write_study(tmp_path)
-    runs = summarize.collect(tmp_path, by="folder")
+    runs = study.collect(tmp_path, by="folder")
     comparisons = [("pbsd", "dscl", False), ("pbsd-w0", "pbsd", True)]
-    lines = summarize.significance_table(runs, comparisons).splitlines()
+    lines = study.significance_table(runs, comparisons).splitlines()
     knn = [line for line in lines if line.startswith("| kNN top-1 |")]
-    welch = summarize.welch([50.0, 52.0, 51.0], [53.0, 52.0, 57.0])
-    pair = summarize.paired([55.0, 58.0, 54.0], [50.0, 52.0, 51.0])
-    adjusted = summarize.holm([welch["p"], pair["p"]])
+    welch = study.welch([50.0, 52.0, 51.0], [53.0, 52.0, 57.0])
+    pair = study.paired([55.0, 58.0, 54.0], [50.0, 52.0, 51.0])
+    adjusted = study.holm([welch["p"], pair["p"]])
     assert knn[0].split("|")[2:4] == [" `pbsd` - `dscl` ", " 3 / 3 "]
     assert knn[0].split("|")[9].strip() == f"{adjusted[0]:.3f}"
     assert knn[1].split("|")[2:4] == [" `pbsd-w0` - `pbsd` (paired) ", " 3 paired "]
@@ -263,17 +264,16 @@ def test_the_significance_table_corrects_each_metric_over_its_comparisons(tmp_pa
 
 
 def test_a_comparison_short_of_seeds_is_listed_untested_and_counts_in_its_family(tmp_path):
-    summarize = load()
     write_study(tmp_path)
-    runs = summarize.collect(tmp_path, by="folder")
+    runs = study.collect(tmp_path, by="folder")
     runs["pbsd-16px"] = runs["pbsd-w0"][:1]  # one seed: no test
     comparisons = [("pbsd", "dscl", False), ("pbsd-16px", "pbsd", False)]
     knn = [
         line
-        for line in summarize.significance_table(runs, comparisons).splitlines()
+        for line in study.significance_table(runs, comparisons).splitlines()
         if line.startswith("| kNN top-1 |")
     ]
-    welch = summarize.welch([50.0, 52.0, 51.0], [53.0, 52.0, 57.0])
+    welch = study.welch([50.0, 52.0, 51.0], [53.0, 52.0, 57.0])
     # Holm over both comparisons asked for: the tested one's p doubled (the other counts as 1)
     assert knn[0].split("|")[9].strip() == f"{min(1.0, 2 * welch['p']):.3f}"
     cells = [c.strip() for c in knn[1].split("|")[2:11]]
@@ -281,18 +281,48 @@ def test_a_comparison_short_of_seeds_is_listed_untested_and_counts_in_its_family
     assert cells[2:8] == ["n/a"] * 6 and cells[8].startswith("not tested")
 
 
-def test_the_long_pages_tables_are_those_its_committed_values_make():
+def test_the_long_pages_tables_are_those_its_committed_values_make(tmp_path, capsys):
     """zoo/fashion-mnist-lt-long.md's generated tables (the comparisons, every row, the
-    classifier stages) are what summarize.py makes from the per-seed file committed beside it."""
-    summarize = load()
-    zoo = ZOO.parent
-    runs = summarize.read_seeds(zoo / "fashion-mnist-lt-long.csv")
-    page = (zoo / "fashion-mnist-lt-long.md").read_text().splitlines()
-    pairs = [("dscl", "scl"), ("pbsd", "dscl"), ("pbsd-w0", "pbsd"), ("pbsd-16px", "pbsd"),
-             ("pbsd-whole", "pbsd")]  # fmt: skip
-    comparisons = [(*pair, False) for pair in pairs] + [("pbsd-viewstats", "pbsd", True)]
-    made = [summarize.significance_table(runs, comparisons), summarize.table(runs)]
-    made.append(summarize.stage_table(runs))
-    for text in made:
-        for line in text.splitlines()[2:]:  # (the rows; the headers repeat)
-            assert line in page, line
+    classifier stages) are what its own ``solo-ext-leaderboard --study --from-csv`` commands
+    print from the per-seed file committed beside it (their plots drawn here, not there)."""
+    import shlex
+
+    page = (ZOO / "fashion-mnist-lt-long.md").read_text()
+    commands = page.replace("\\\n", " ").splitlines()
+    commands = [c for c in commands if c.startswith("solo-ext-leaderboard --study --from-csv")]
+    assert len(commands) == 2
+    for command in commands:
+        argv = shlex.split(command)[1:]
+        argv = [str(ZOO.parent / a) if a.endswith(".csv") else a for a in argv]
+        argv = [str(tmp_path / Path(a).name) if a.endswith(".png") else a for a in argv]
+        cli.run(argv)
+    lines = page.splitlines()
+    blocks = [
+        [r for r in b.splitlines() if r.startswith("| ")]
+        for b in capsys.readouterr().out.split("\n\n")
+    ]
+    tables = [t for t in blocks if t]
+    shown = [t for t in tables if t[0] in lines]  # (the per-seed stage cells are in the CSV)
+    assert [t[0].split(" | ")[0] for t in shown] == ["| metric", "| method", "| method"]
+    for table in shown:
+        for line in table:
+            assert line in lines, line
+    assert len(list(tmp_path.glob("*.png"))) == 2
+
+
+@pytest.mark.parametrize(
+    "argv, key, value",
+    [
+        (["--compare", "pbsd"], "--compare", "'pbsd'"),
+        (["--paired", "pbsd:"], "--paired", "'pbsd:'"),
+        (["--from-csv", "missing.csv"], "--from-csv", "'missing.csv'"),
+    ],
+)
+def test_a_bad_study_argument_is_one_line(argv, key, value, tmp_path, capsys):
+    seeds = ZOO / "fashion-mnist-lt-long.csv"
+    argv = argv if "--from-csv" in argv else ["--from-csv", str(seeds), "--by", "folder", *argv]
+    with pytest.raises(SystemExit) as stop:
+        cli.run(["--study", *argv, "--csv", str(tmp_path / "seeds.csv")])
+    (line,) = capsys.readouterr().err.splitlines()
+    assert stop.value.code == 2 and key in line and value in line
+    assert not (tmp_path / "seeds.csv").exists()  # (nothing written)
