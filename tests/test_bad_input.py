@@ -112,6 +112,9 @@ CASES = [
         {"method_kwargs.temprature": 0.1},
         "did you mean 'temperature'",
     ),
+    ("typo in data.synthetic", "scl", {"data.synthetic.nmax": 5}, "data.synthetic.nmax=5"),
+    ("lt_n_max of generated data", "scl", {"data.lt_n_max": 24}, "data.lt_n_max=24: data.dataset"),
+    ("unknown schedule", "scl", {"scheduler.name": "cosine_typo"}, "scheduler.name='cosine_typo'"),
     (
         "typo in data.sampler",
         "scl",
@@ -131,6 +134,10 @@ CASES = [
     ("auto_resume hours", "scl", {"auto_resume.max_hours": 0}, "auto_resume.max_hours=0"),
     ("bad_images mode", "scl", {"data.bad_images": "ignore"}, "data.bad_images='ignore'"),
     ("heads not dividing", "all4one_ct", {"method_kwargs.num_heads": 3}, "num_heads=3"),
+    ("positions too few", "all4one_ct", {"method_kwargs.pos_len": 3}, "method_kwargs.pos_len=3"),
+    ("one large crop for bcl", "bcl", {"augmentations.0.num_crops": 2}, "data.num_large_crops=2"),
+    ("paco smoothing", "paco", {"method_kwargs.label_smoothing": 0.1}, "label_smoothing=0.1"),
+    ("kcl's key for tsc", "tsc", {"method_kwargs.k_pos": 6}, "method_kwargs.k_pos"),
     ("densecl lambda", "densecl", {"method_kwargs.lambda": 2.0}, "method_kwargs.lambda=2.0"),
 ]
 

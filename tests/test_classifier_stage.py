@@ -307,14 +307,6 @@ def test_a_run_without_its_query_view_stops_in_one_line(tiny_run, tmp_path):
     assert {p: p.stat().st_mtime_ns for p in run.rglob("*")} == before  # nothing written
 
 
-@pytest.mark.parametrize("key", [*CLASSIFIER_STAGE_OPTIONS, "scheduler.name"])
-def test_a_bad_value_is_one_line(key, tmp_path):
-    with pytest.raises(ConfigError) as info:
-        linear.run(eval_cfg("linear", tmp_path / "none", **{key: "typo"}))
-    assert str(info.value).startswith(f"{key}='typo': must be one of ")
-    assert "\n" not in str(info.value)
-
-
 @pytest.mark.parametrize(
     "given,message",
     [

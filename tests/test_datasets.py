@@ -112,21 +112,6 @@ def test_custom_image_folder_pretrain(image_folder, make_cfg):
     assert result["metrics"]["val_loss"] == pytest.approx(loss, rel=1e-4)
 
 
-def test_custom_num_classes_mismatch(image_folder, make_cfg):
-    cfg = make_cfg(
-        "scl",
-        **{
-            "data": {
-                "dataset": "custom",
-                "num_classes": 5,
-                "train_path": str(image_folder / "train"),
-            }
-        },
-    )
-    with pytest.raises(ConfigError, match="data.num_classes=5: the data has 3 classes"):
-        fill_data_cfg(cfg)
-
-
 def test_two_runs_in_one_process_log_two_wandb_runs(make_cfg, monkeypatch, tmp_path):
     """wandb logs offline; a Hydra multirun trains its jobs in one process: each run ends its
     wandb run, so the next one logs into a run of its own, in its own directory (Lightning's

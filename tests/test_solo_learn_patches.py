@@ -133,12 +133,22 @@ def test_two_after_import_hooks_on_one_module_both_run_once(tmp_path, monkeypatc
     assert sorted(calls) == [(0, 1), (1, 1)]
 
 
-def test_pbsd_with_dali_cuts_its_patches_on_the_device_and_says_so(capsys, tmp_path):
-    module = stand_in_args()
-    cfg = tiny_cfg("pbsd", tmp_path)  # whole: the method's own check runs in parse_cfg too
-    cfg.data.dataset, cfg.data.format = "custom", "dali"
-    module._SUPPORTED_DATASETS.append("custom")
-    module.parse_cfg(cfg)
+@pytest.mark.parametrize("route", ["solo-learn's parse_cfg", "solo-ext-pretrain"])
+def test_pbsd_with_dali_cuts_its_patches_on_the_device_and_says_so(route, capsys, tmp_path):
+    """Through either entry point PBSD on DALI's reader cuts its patches on the device, and
+    says so (the method's own check runs in parse_cfg: the config is whole)."""
+    if route == "solo-ext-pretrain":
+        from solo_ext.commands.pretrain import parse_cfg
+
+        cfg = tiny_cfg("pbsd", tmp_path, **{"data.format": "dali", "dali.device": "cpu"})
+        pytest.importorskip("nvidia.dali", reason="NVIDIA DALI is not installed")
+    else:
+        module = stand_in_args()
+        cfg = tiny_cfg("pbsd", tmp_path)
+        cfg.data.dataset, cfg.data.format = "custom", "dali"
+        module._SUPPORTED_DATASETS.append("custom")
+        parse_cfg = module.parse_cfg
+    cfg = parse_cfg(cfg) or cfg
     assert cfg.method_kwargs.patch_source == "device"
     assert "DALI's reader cannot make the published patches" in capsys.readouterr().out
 
@@ -489,13 +499,3 @@ def test_the_patches_name_no_method():
         for name in SOLO_EXT_METHODS:
             for quoted in (f'"{name}"', f"'{name}'"):
                 assert quoted not in source, (path.name, quoted)
-
-
-def test_solo_ext_pretrain_fits_pbsd_to_dali_as_the_patches_do(capsys, tmp_path):
-    from solo_ext.commands.pretrain import parse_cfg
-
-    cfg = tiny_cfg("pbsd", tmp_path, **{"data.format": "dali", "dali.device": "cpu"})
-    pytest.importorskip("nvidia.dali", reason="NVIDIA DALI is not installed")
-    cfg = parse_cfg(cfg)
-    assert cfg.method_kwargs.patch_source == "device"
-    assert "DALI's reader cannot make the published patches" in capsys.readouterr().out

@@ -124,6 +124,11 @@ def fill_data_cfg(cfg: DictConfig) -> DictConfig:
             f"data.lt_n_max={data.lt_n_max}: data.dataset={dataset!r} has {per_class} training "
             "images a class"
         )
+    if dataset in LONG_TAILED and not per_class and data.lt_n_max is not None:
+        raise ConfigError(  # (a generated set: it would be left unread)
+            f"data.lt_n_max={data.lt_n_max}: data.dataset={dataset!r} is generated; its head "
+            "class is data.synthetic.n_max"
+        )
     check_choice("data.format", data.format, DATA_OPTIONS["format"].choices)
     if data.format == "dali":
         from solo_ext.data.dali import check_dali
