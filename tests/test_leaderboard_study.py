@@ -316,6 +316,7 @@ def test_the_long_pages_tables_are_those_its_committed_values_make(tmp_path, cap
         (["--compare", "pbsd"], "--compare", "'pbsd'"),
         (["--paired", "pbsd:"], "--paired", "'pbsd:'"),
         (["--from-csv", "missing.csv"], "--from-csv", "'missing.csv'"),
+        (["--plot", "/no/such/folder/knn.png"], "--plot", "'/no/such/folder/knn.png'"),
     ],
 )
 def test_a_bad_study_argument_is_one_line(argv, key, value, tmp_path, capsys):

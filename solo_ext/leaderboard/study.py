@@ -26,6 +26,7 @@ import argparse
 import csv
 import json
 import math
+import os
 import statistics
 import sys
 from collections import defaultdict
@@ -526,6 +527,12 @@ def run(argv: list[str] | None = None) -> None:
             raise ConfigError("give run roots or --from-csv (one of the two)")
         if args.from_csv is not None and not args.from_csv.is_file():
             raise ConfigError(f"--from-csv={str(args.from_csv)!r}: no such file")
+        for option, path in (("--csv", args.csv), ("--plot", args.plot)):
+            folder = path.parent if path is not None else None
+            if folder is not None and not (folder.is_dir() and os.access(folder, os.W_OK)):
+                raise ConfigError(
+                    f"{option}={str(path)!r}: {str(folder)!r} is not a writable folder"
+                )
         runs = read_seeds(args.from_csv) if args.from_csv else collect(*args.roots, by=args.by)
         if not runs:
             raise ConfigError(
