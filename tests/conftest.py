@@ -54,12 +54,62 @@ def pytest_configure(config):
     config.addinivalue_line(
         "markers", "solo_learn: needs the real solo-learn as the host and its checkout"
     )
-    config.addinivalue_line("markers", "early: a test of many minutes, started first")
+    config.addinivalue_line(
+        "markers", "early(minutes=1): a long test, started first (the longest first)"
+    )
 
 
+def share_module_fixtures(config, items) -> None:
+    """Tests that share a module-scoped fixture (a training run, mostly) go to one pytest-xdist
+    worker (``--dist loadgroup``), so that the fixture is made once, not once per worker."""
+    if not getattr(config.option, "loadgroup", False):  # (one process, or another --dist)
+        return
+    parent: dict[str, str] = {}
+
+    def root(name: str) -> str:
+        while parent.setdefault(name, name) != name:
+            name = parent[name]
+        return name
+
+    shared = {}
+    for item in items:
+        defs = getattr(item, "_fixtureinfo", None)
+        names = [
+            f"{item.module.__name__}.{name}"
+            for name, found in (defs.name2fixturedefs.items() if defs else ())
+            if found and found[-1].scope == "module"
+        ]
+        for name in names[1:]:  # (a test using two joins their groups)
+            parent[root(name)] = root(names[0])
+        shared[item] = names
+    for item, names in shared.items():
+        group = next((m.args[0] for m in item.iter_markers("xdist_group")), None)
+        if group is None and names:
+            group = root(names[0])
+        if group is not None:
+            in_group(item, group)
+
+
+def in_group(item, group: str) -> None:
+    """pytest-xdist's loadgroup reads a test's group from an ``@<group>`` suffix of its node id,
+    which it appends for an ``xdist_group`` mark through an attribute pytest 9.2 no longer reads
+    (the node id is structured there): the suffix is appended here, where this pytest keeps it."""
+    nodeid = f"{item.nodeid}@{group}"
+    if hasattr(item, "_id"):
+        item._id = type(item._id).parse(nodeid)
+    else:
+        item._nodeid = nodeid
+
+
+@pytest.hookimpl(tryfirst=True)  # (before pytest-xdist reads the groups)
 def pytest_collection_modifyitems(config, items):
     # the longest tests first, so that pytest-xdist's workers finish together
-    items.sort(key=lambda item: item.get_closest_marker("early") is None)
+    def minutes(item) -> float:
+        early = item.get_closest_marker("early")
+        return early.kwargs.get("minutes", 1) if early else 0
+
+    items.sort(key=lambda item: -minutes(item))
+    share_module_fixtures(config, items)
     if SOLO_LEARN_DIR is not None:
         return
     why = (

@@ -9,6 +9,7 @@ holds every section and key of solo-learn's configs, so its plain overrides reac
 
 from __future__ import annotations
 
+import copy
 import csv
 import functools
 import json
@@ -52,6 +53,13 @@ def configs(kind: str) -> list[str]:
 
 
 def compose_config(kind: str, name: str, overrides: list[str] = ()):
+    """The recipe as Hydra composes it with these overrides: composed once in a test process,
+    a copy of its own for each call."""
+    return copy.deepcopy(_composed(kind, name, tuple(overrides)))
+
+
+@functools.cache
+def _composed(kind: str, name: str, overrides: tuple[str, ...]):
     with initialize_config_dir(config_dir=str(SCRIPTS / kind), version_base="1.2"):
         return compose(config_name=name, overrides=list(overrides))
 

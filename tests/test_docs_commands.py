@@ -227,16 +227,23 @@ def _bash_at_once(script: str, cwd: Path, envs: list[dict[str, str]]) -> None:
         assert proc.returncode == 0, f"{script}\n{out[-5000:]}"
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def made(tmp_path_factory) -> dict:
     """The runs made by a block's ``before`` commands, kept for the next block that starts from
     the same ones: (data, commands) -> their trained_models, and the folder they are kept in."""
     return {"root": tmp_path_factory.mktemp("made")}
 
 
-@pytest.mark.parametrize(
-    "name", [pytest.param(n, marks=[pytest.mark.solo_learn] * RUNS[n].solo) for n in sorted(RUNS)]
-)
+def marks(name: str) -> list:
+    """solo_learn where the block needs it; the blocks that start from the same runs in one
+    pytest-xdist worker (the runs made once); each block early (a minute or so of commands)."""
+    spec = RUNS[name]
+    same = [n for n in sorted(RUNS) if (RUNS[n].data, *RUNS[n].before) == (spec.data, *spec.before)]
+    shared = [pytest.mark.xdist_group("docs-" + same[0])] if spec.before and len(same) > 1 else []
+    return [pytest.mark.solo_learn] * spec.solo + shared + [pytest.mark.early]
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=marks(n)) for n in sorted(RUNS)])
 def test_the_block_runs_as_shown(name, tmp_path, made):
     spec = RUNS[name]
     page, body = blocks()[name]

@@ -20,7 +20,7 @@ SOLO_DIR = str(SOLO_LEARN_DIR)
 # network, with the hook on and off, and are compared like the rest
 SUITES = ("tests",)
 
-pytestmark = [pytest.mark.solo_learn, pytest.mark.early]
+pytestmark = [pytest.mark.solo_learn, pytest.mark.early(minutes=12)]
 
 
 def environment(hook: bool) -> dict[str, str]:

@@ -109,20 +109,15 @@ def expected_batches(name: str, labels: list[int], seed: int, world: int, rank: 
 # --- samplers -----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("sampler", ["class_balanced", None])
-def test_sampler_reaches_training_step(sampler, tmp_path):
+def test_sampler_reaches_training_step(tmp_path):
     spy = tmp_path / "spy"
     spy.mkdir()
-    extra = [f"+data.sampler.name={sampler}"] if sampler else []
-    args = ["--config-name", "synthetic-lt/dscl", *CPU, *SMALL, *extra]
+    sampler = "class_balanced"
+    args = ["--config-name", "synthetic-lt/dscl", *CPU, *SMALL, f"+data.sampler.name={sampler}"]
     ok(solo("main_pretrain.py", args, tmp_path, SOLO_EXT_TEST_SPY=str(spy)))
     seen = spied(spy)
     labels = synthetic_labels()
     assert len(seen) == len(labels) // 8 and all(len(b) == 8 for b in seen)
-    if sampler is None:  # solo-learn's own shuffle: every image at most once
-        counts = np.bincount(sum(seen, []), minlength=6)
-        assert (counts <= np.bincount(labels)).all()
-        return
     # exactly the sampler's draw for epoch 0, seeded with the run's seed (the config's 5)
     assert seen == expected_batches(sampler, labels, 5, 1, 0, 8)
     # and its law: about a sixth of the draws each, where the data has 31 % head, 8 % tail
@@ -167,18 +162,16 @@ def needs_dali() -> None:
     pytest.importorskip("nvidia.dali", reason="NVIDIA DALI is not installed")
 
 
-@pytest.mark.parametrize("sampler", ["class_balanced", None])
-def test_sampler_drives_solo_learns_dali_loader(sampler, tmp_path):
-    """main_pretrain.py with data.format=dali: the batches training_step sees are the
-    sampler's draw for epoch 0 (no sampler on a solo-ext dataset: 'instance', seeded), the same
-    as with torchvision's loaders."""
+def test_without_a_sampler_solo_learns_dali_loader_draws_the_instance_order(tmp_path):
+    """main_pretrain.py with data.format=dali and no sampler on a solo-ext dataset: the batches
+    training_step sees are the 'instance' sampler's seeded draw for epoch 0, the same as with
+    torchvision's loaders (a named sampler's order through DALI: the two-process test above)."""
     needs_dali()
     spy = tmp_path / "spy"
     spy.mkdir()
-    extra = [f"+data.sampler.name={sampler}"] if sampler else []
-    args = ["--config-name", "synthetic-lt/dscl", *CPU, *SMALL, *DALI_CPU, *extra]
+    args = ["--config-name", "synthetic-lt/dscl", *CPU, *SMALL, *DALI_CPU]
     proc = ok(solo("main_pretrain.py", args, tmp_path, SOLO_EXT_TEST_SPY=str(spy)))
-    name = sampler or "instance"
+    name = "instance"
     assert f"DALI reads the training images in the {name!r} sampler's order" in proc.stdout
     assert spied(spy) == expected_batches(name, synthetic_labels(), 5, 1, 0, 8)
     assert_online_shot_groups(tmp_path)
@@ -221,13 +214,20 @@ def test_custom_image_folder_with_a_sampler_through_dali(tmp_path):
 # --- long-tailed datasets by name, through the three scripts ------------------------------
 
 
+# the pretrained run's command: its transforms printed, the labels of its batches recorded
+PRETRAIN = ["--config-name", "synthetic-lt/dscl", *CPU, *SMALL, "debug_augmentations=True"]
+
+
 @pytest.fixture(scope="module")
 def pretrained(tmp_path_factory) -> Path:
     """dscl on synthetic_lt through main_pretrain.py with ResNet-18, whose small-image stem
-    comes from the dataset table; returns the run directory."""
+    comes from the dataset table; returns the run directory (its folder holds the spy's labels
+    in spy/ and the script's output in stdout.txt)."""
     tmp = tmp_path_factory.mktemp("pretrain")
-    args = ["--config-name", "synthetic-lt/dscl", *CPU, *SMALL, "backbone.name=resnet18"]
-    ok(solo("main_pretrain.py", args, tmp))
+    (tmp / "spy").mkdir()
+    args = [*PRETRAIN, "backbone.name=resnet18"]
+    proc = ok(solo("main_pretrain.py", args, tmp, SOLO_EXT_TEST_SPY=str(tmp / "spy")))
+    (tmp / "stdout.txt").write_text(proc.stdout)
     (run_dir,) = (tmp / "trained_models" / "dscl").iterdir()
     saved = json.loads((run_dir / "args.json").read_text())
     assert saved["backbone"]["kwargs"]["small_image_stem"] is True
@@ -235,6 +235,15 @@ def pretrained(tmp_path_factory) -> Path:
     assert_cifar_stem(next(run_dir.glob("*.ckpt")))
     assert_online_shot_groups(tmp)
     return run_dir
+
+
+def test_without_a_sampler_solo_learns_own_shuffle_draws(pretrained):
+    """No data.sampler on a solo-ext dataset: every image at most once an epoch."""
+    seen = spied(pretrained.parents[2] / "spy")
+    labels = synthetic_labels()
+    assert len(seen) == len(labels) // 8 and all(len(b) == 8 for b in seen)
+    counts = np.bincount(sum(seen, []), minlength=6)
+    assert (counts <= np.bincount(labels)).all()
 
 
 def assert_cifar_stem(ckpt: Path) -> None:
@@ -267,7 +276,6 @@ def linear_with_sampler_spied(pretrained: Path, tmp_path: Path, *extra: str):
         *extra,
         f"pretrained_feature_extractor='{ckpt}'",
         "backbone.name=resnet18",
-        "checkpoint.enabled=False",
     ]
     proc = ok(solo("main_linear.py", linear, tmp_path, SOLO_EXT_TEST_SPY=str(spy)))
     assert "'class_balanced' sampler" in proc.stdout
@@ -276,30 +284,27 @@ def linear_with_sampler_spied(pretrained: Path, tmp_path: Path, *extra: str):
     return proc
 
 
-def test_main_linear_and_knn_on_a_long_tailed_dataset(pretrained, tmp_path):
-    """main_linear.py: the linear config's class-balanced sampler reaches the linear model's
-    training_step, and the backbone (its stem from args.json) loads; main_knn.py by name."""
+def test_main_linear_on_a_long_tailed_dataset(pretrained, tmp_path):
+    """main_linear.py with the long-tailed linear config's default (DSCL's stage on the run's own
+    view): the class-balanced sampler reaches the linear model's training_step, the backbone (its
+    stem from args.json) loads, and the frozen backbone's BatchNorm statistics follow the stage's
+    images and are saved with the linear model (``backbone_bn=eval``, the usual probe: below).
+    (main_knn.py by name: the Fashion-MNIST-LT test and docs/solo-learn.md's block.)"""
     linear_with_sampler_spied(pretrained, tmp_path)
-    knn = [
-        "--dataset",
-        "synthetic_lt",
-        "--train_data_path",
-        ".",  # required by solo-learn's parser; synthetic_lt reads no files
-        "--pretrained_checkpoint_dir",
-        str(pretrained),
-        "--k",
-        "3",
-        "--temperature",
-        "0.1",
-        "--distance_function",
-        "cosine",
-        "--feature_type",
-        "backbone",
-        "--num_workers",
-        "0",
-    ]
-    proc = ok(solo("main_knn.py", knn, tmp_path, SOLO_EXT_TEST_CUDA_IS_CPU="1"))
-    assert "Result: acc@1=" in proc.stdout
+    assert_stage_batchnorm(pretrained, tmp_path, "train")
+
+
+def assert_stage_batchnorm(pretrained: Path, cwd: Path, bn: str) -> None:
+    import torch
+
+    (ckpt,) = pretrained.glob("*.ckpt")
+    (linear_ckpt,) = (cwd / "trained_models" / "linear").rglob("*.ckpt")
+    saved = json.loads(next(linear_ckpt.parent.glob("args.json")).read_text())
+    assert saved["backbone_bn"] == bn and saved["train_augmentation"] == "pretrain"
+    key = "backbone.bn1.running_mean"
+    before = torch.load(ckpt, map_location="cpu", weights_only=False)["state_dict"][key]
+    after = torch.load(linear_ckpt, map_location="cpu", weights_only=False)["state_dict"][key]
+    assert torch.equal(before, after) == (bn == "eval")
 
 
 def stand_in_data(dataset: str, root: Path) -> list[str]:
@@ -314,40 +319,29 @@ def stand_in_data(dataset: str, root: Path) -> list[str]:
         fake_cifar(root, name, counts)
         overrides = [f"data.train_path={root}", f"data.val_path={root}"]
         return overrides + (["data.download=False"] if dataset.endswith("_lt") else [])
-    if dataset == "imagenet_lt":  # one training image per class, ten test images
-        train = [f"train/n{c:04d}/0.jpg" for c in range(1000)]
-        fake_images(root, train + [f"val/{c}.jpg" for c in range(10)])
-        (root / "ImageNet_LT_train.txt").write_text(
-            "".join(f"{p} {c}\n" for c, p in enumerate(train))
-        )
-        (root / "ImageNet_LT_test.txt").write_text("".join(f"val/{c}.jpg {c}\n" for c in range(10)))
-        return [f"data.train_path={root}", f"data.val_path={root}"]
     if dataset == "imagenet100":
         fake_images(root, [f"{s}/n{c:03d}/{i}.jpg" for s in ("train", "val") for c in range(100)
                            for i in range(2 if s == "train" else 1)])  # fmt: skip
         return [f"data.train_path={root / 'train'}", f"data.val_path={root / 'val'}"]
-    if dataset.startswith("fashion_mnist"):  # 100 training images a class: 100 down to 1
-        write_fashion_mnist(root, train_per_class=100)
-        return [f"data.train_path={root}", "data.lt_n_max=100"]
     raise AssertionError(f"no stand-in for {dataset}")
 
 
 # One shipped GPU config per data set (its reader, augmentation files and backbone), a different
 # method in each: every config's parse_cfg is held by tests/test_config_sections.py, and every
-# method's model and steps by the two-process runs below.
-ONE_PER_DATASET = {
-    "cifar": "all4one_ct",
-    "cifar10-lt": "scl",
-    "cifar100-lt": "gpaco",
-    "fashion-mnist-lt": "kcl",
-    "imagenet-100": "densecl",
-    "imagenet-lt": "pbsd",
+# method's model and steps by the two-process runs below. The data sets whose configs another
+# test already starts through main_pretrain.py are not started again.
+ONE_PER_DATASET = {"cifar": "all4one_ct", "cifar10-lt": "scl", "imagenet-100": "densecl"}
+STARTED_ELSEWHERE = {
+    "cifar100-lt": "test_cifar100_lt_by_name_in_main_pretrain; docs/solo-learn.md's block",
+    "fashion-mnist-lt": "test_fashion_mnist_lt_by_name_in_solo_learns_three_scripts",
+    "imagenet-lt": "docs/tutorials/imagenet-lt.md's tutorial-imagenet-lt-pretrain block",
 }
 
 
 def test_every_data_set_has_a_gpu_config_that_starts():
     folders = {n.split("/")[0] for n in configs("pretrain") if "/" in n}
-    assert folders - {"synthetic-lt"} == set(ONE_PER_DATASET)
+    assert folders - {"synthetic-lt"} == set(ONE_PER_DATASET) | set(STARTED_ELSEWHERE)
+    assert not set(ONE_PER_DATASET) & set(STARTED_ELSEWHERE)
 
 
 @pytest.mark.parametrize("name", [f"{d}/{m}" for d, m in ONE_PER_DATASET.items()])
@@ -373,14 +367,13 @@ def test_gpu_config_starts_on_cpu(name, tmp_path):
     assert list(run_dir.glob("*.ckpt"))
 
 
-@pytest.mark.parametrize("data_format", ["image_folder", "dali"])
-def test_cifar100_lt_by_name_in_main_pretrain(data_format, tmp_path):
-    """cifar100_lt by name, read by torchvision's loader or by solo-learn's DALI loader (the
-    arrays as decoded pixels), with the long tail's online kNN either way."""
+def test_cifar100_lt_by_name_in_main_pretrain(tmp_path):
+    """cifar100_lt by name, read by solo-learn's DALI loader (the arrays as decoded pixels), with
+    the published long tail's counts and its online kNN (torchvision's loader reads it by name
+    in docs/solo-learn.md's block, run by tests/test_docs_commands.py)."""
     from solo_ext.data.longtail import lt_counts
 
-    if data_format == "dali":
-        needs_dali()
+    needs_dali()
 
     fake_cifar(tmp_path / "data", "cifar100", lt_counts(500, 100, 100))
     args = [
@@ -394,7 +387,7 @@ def test_cifar100_lt_by_name_in_main_pretrain(data_format, tmp_path):
         "max_epochs=1",
         "optimizer.batch_size=16",
         "+limit_train_batches=2",  # the whole validation split still runs (solo-learn's kNN)
-        *(DALI_CPU if data_format == "dali" else []),
+        *DALI_CPU,
     ]
     ok(solo("main_pretrain.py", args, tmp_path, SOLO_EXT_TEST_CIFAR_UNCHECKED="1"))
     (run_dir,) = (tmp_path / "trained_models" / "pbsd").iterdir()
@@ -442,6 +435,10 @@ def test_made_lt_folder_as_custom_reads_its_counts_json(tmp_path):
     out = tmp_path / "lt"
     make_lt.run(["--dataset", "synthetic_lt", "--num_classes", "6", "--imbalance_factor", "4",
                  "--out", str(out)])  # fmt: skip
+    # two validation images a class (solo-learn validates a custom folder at 224 px)
+    for folder in (out / "val").iterdir():
+        for extra in sorted(folder.iterdir())[2:]:
+            extra.unlink()
     args = [
         "--config-name",
         "synthetic-lt/dscl",
@@ -450,7 +447,7 @@ def test_made_lt_folder_as_custom_reads_its_counts_json(tmp_path):
         "data.dataset=custom",
         f"data.train_path={out / 'train'}",
         f"data.val_path={out / 'val'}",
-        "+limit_train_batches=2",  # (its 667 images: the whole validation split still runs)
+        "+limit_train_batches=2",
     ]
     ok(solo("main_pretrain.py", args, tmp_path))
     (run_dir,) = (tmp_path / "trained_models" / "dscl").iterdir()
@@ -460,36 +457,17 @@ def test_made_lt_folder_as_custom_reads_its_counts_json(tmp_path):
     assert_online_shot_groups(tmp_path)
 
 
-def test_used_by_command_finds_solo_exts_configs(tmp_path):
-    """``--config-name dscl.yaml`` with no config path: solo-ext's CIFAR-100-LT config, with its
-    own augmentation file."""
-    proc = ok(solo("main_pretrain.py", ["--config-name", "dscl.yaml", "--cfg", "job"], tmp_path))
-    assert "dataset: cifar100_lt" in proc.stdout and "method: dscl" in proc.stdout
-    own = (ROOT / "scripts/pretrain/cifar100-lt/augmentations/ext_symmetric.yaml").read_text()
-    assert "crop_min_scale: 0.2" in own and "crop_min_scale: 0.2" in proc.stdout
-
-
 # --- bad input: one line, nothing written -------------------------------------------------
 
-BAD = {
-    "misspelt sampler": (
-        ["+data.sampler.name=clas_balancd"],
-        "data.sampler.name='clas_balancd'",
-    ),
-    "unknown sampler key": (
-        ["+data.sampler.name=sqrt", "+data.sampler.powr=0.3"],
-        "data.sampler.powr=0.3",
-    ),
-    # (solo-learn's default DALI device; this machine has no GPU)
-    "dali on a gpu": (["data.format=dali", "dali.device=gpu"], "dali.device='gpu': no CUDA"),
-}
-# (a value outside a declared key, a method's or the data's: test_entry_points.py, through
-# main_pretrain.py's parse_cfg; the same one-line stop as these)
 
-
-@pytest.mark.parametrize("case", sorted(BAD))
-def test_bad_input_stops_in_one_line_and_writes_nothing(case, tmp_path):
-    extra, message = BAD[case]
+# The script's way of stopping, for one bad value (solo-learn's default DALI device; this
+# machine has no GPU). The values themselves: tests/test_bad_input.py's table (the sampler's,
+# the data's, the method's: the checks main_pretrain.py's parse_cfg calls) and
+# test_entry_points.py (through main_pretrain.py's parse_cfg).
+@pytest.mark.parametrize(
+    "extra,message", [(["data.format=dali", "dali.device=gpu"], "dali.device='gpu': no CUDA")]
+)
+def test_bad_input_stops_in_one_line_and_writes_nothing(extra, message, tmp_path):
     (tmp_path / "trained_models").mkdir()
     (tmp_path / "trained_models" / "keep.txt").write_text("earlier work")
     before = tree(tmp_path)
@@ -538,14 +516,17 @@ def test_main_linear_on_a_checkpoint_without_its_run_config_is_one_line(
 def test_synthetic_lt_configs_run_as_shipped(method, tmp_path):
     """The CPU configs through main_pretrain.py with only their epochs and data shortened: a
     method of each step kind (test_ddp_runs.WHOLE_RUNS) on two processes (gloo), SCL on one,
-    with validation and the online kNN on, to the end."""
+    with validation and the online kNN on, to the end. The second process is forked from the
+    first (``strategy=ddp_fork``: the same DDP, without the script started again); runs started
+    as a user starts them (``strategy=ddp``, torchrun) are the sampler's, the faults' and
+    docs/running.md's."""
     processes = 2 if method in WHOLE_RUNS else 1
     args = [
         "--config-name",
         f"synthetic-lt/{method}",
         *[a for a in CPU if not a.startswith("devices")],
         f'devices="{processes}"',
-        *(["strategy=ddp"] if processes == 2 else []),
+        *(["strategy=ddp_fork"] if processes == 2 else []),
         *SMALL,
         "optimizer.batch_size=4",
         # SMALL's counts 24 ... 6: three many, one medium, two few classes
@@ -588,8 +569,9 @@ def test_solo_learns_modules_have_every_name_the_patches_need():
 @pytest.mark.parametrize(
     "renamed,said",
     [
+        # a patch's need (every need is lost in turn in test_solo_learn_patches.py, in one
+        # process; solo-learn's main_linear.py need below, with a config of solo-learn's own)
         ("solo.args.pretrain:_SUPPORTED_DATASETS", "solo.args.pretrain has no _SUPPORTED_DATASETS"),
-        ("solo.methods.linear:LinearModel.validation_step", "solo.methods.linear has no Linear"),
         # the method registration: solo_ext.host reads the backbone table
         ("solo.methods.base:BaseMethod._BACKBONES", "BaseMethod has no _BACKBONES"),
     ],
@@ -638,26 +620,18 @@ def test_a_config_of_solo_learn_alone_runs_when_the_patches_cannot(tmp_path):
     assert list((tmp_path / "trained_models" / "mocov2plus").rglob("*.ckpt"))
 
 
-def test_a_solo_ext_method_crops_as_published_in_main_pretrain(tmp_path):
+def test_a_solo_ext_method_crops_as_published_in_main_pretrain(pretrained, tmp_path):
     """main_pretrain.py builds a solo-ext method's views with solo-ext's pipeline (bilinear, as
     published; solo-learn's own is bicubic), and rrc.interpolation reaches it."""
-    base = ["--config-name", "synthetic-lt/dscl", *CPU, *SMALL, "debug_augmentations=True"]
-    proc = ok(solo("main_pretrain.py", base, tmp_path))
-    assert "RandomResizedCrop(size=(32, 32)" in proc.stdout
-    assert "interpolation=bilinear" in proc.stdout and "bicubic" not in proc.stdout
+    printed = (pretrained.parents[2] / "stdout.txt").read_text()
+    assert "RandomResizedCrop(size=(32, 32)" in printed
+    assert "interpolation=bilinear" in printed and "bicubic" not in printed
     older = ["+augmentations.0.rrc.interpolation=bicubic", "checkpoint.enabled=False"]
-    (tmp_path / "older").mkdir()
-    proc = ok(solo("main_pretrain.py", [*base, *older], tmp_path / "older"))
+    proc = ok(solo("main_pretrain.py", [*PRETRAIN, *older], tmp_path))
     assert "interpolation=bicubic" in proc.stdout
 
 
-@pytest.mark.parametrize("bn", ["train", "eval"])
-def test_main_linears_classifier_stage_updates_the_backbones_batchnorm(bn, pretrained, tmp_path):
-    """The long-tailed linear config's default (DSCL's stage on the run's own view): the frozen
-    backbone's BatchNorm statistics follow the stage's images and are saved with the linear model;
-    ``backbone_bn=eval`` (the usual probe) leaves them as pretrained."""
-    import torch
-
+def test_main_linear_with_backbone_bn_eval_leaves_the_batchnorm_as_pretrained(pretrained, tmp_path):
     (ckpt,) = pretrained.glob("*.ckpt")
     args = [
         "--config-name",
@@ -666,16 +640,10 @@ def test_main_linears_classifier_stage_updates_the_backbones_batchnorm(bn, pretr
         *SMALL,
         f"pretrained_feature_extractor='{ckpt}'",
         "backbone.name=resnet18",
-        *([] if bn == "train" else ["backbone_bn=eval"]),
+        "backbone_bn=eval",
     ]
     ok(solo("main_linear.py", args, tmp_path))
-    (linear_ckpt,) = (tmp_path / "trained_models" / "linear").rglob("*.ckpt")
-    saved = json.loads(next(linear_ckpt.parent.glob("args.json")).read_text())
-    assert saved["backbone_bn"] == bn and saved["train_augmentation"] == "pretrain"
-    key = "backbone.bn1.running_mean"
-    before = torch.load(ckpt, map_location="cpu", weights_only=False)["state_dict"][key]
-    after = torch.load(linear_ckpt, map_location="cpu", weights_only=False)["state_dict"][key]
-    assert torch.equal(before, after) == (bn == "eval")
+    assert_stage_batchnorm(pretrained, tmp_path, "eval")
 
 
 def test_the_leaderboard_reads_a_main_pretrain_run(pretrained, tmp_path):
