@@ -237,8 +237,9 @@ def pretrained(tmp_path_factory) -> Path:
     return run_dir
 
 
-def test_without_a_sampler_solo_learns_own_shuffle_draws(pretrained):
-    """No data.sampler on a solo-ext dataset: every image at most once an epoch."""
+def test_without_a_sampler_every_image_is_drawn_at_most_once_an_epoch(pretrained):
+    """No data.sampler with a solo-ext method: its seeded permutation, every image at most once
+    an epoch."""
     seen = spied(pretrained.parents[2] / "spy")
     labels = synthetic_labels()
     assert len(seen) == len(labels) // 8 and all(len(b) == 8 for b in seen)
@@ -464,10 +465,8 @@ def test_made_lt_folder_as_custom_reads_its_counts_json(tmp_path):
 # machine has no GPU). The values themselves: tests/test_bad_input.py's table (the sampler's,
 # the data's, the method's: the checks main_pretrain.py's parse_cfg calls) and
 # test_entry_points.py (through main_pretrain.py's parse_cfg).
-@pytest.mark.parametrize(
-    "extra,message", [(["data.format=dali", "dali.device=gpu"], "dali.device='gpu': no CUDA")]
-)
-def test_bad_input_stops_in_one_line_and_writes_nothing(extra, message, tmp_path):
+def test_bad_input_stops_in_one_line_and_writes_nothing(tmp_path):
+    extra, message = ["data.format=dali", "dali.device=gpu"], "dali.device='gpu': no CUDA"
     (tmp_path / "trained_models").mkdir()
     (tmp_path / "trained_models" / "keep.txt").write_text("earlier work")
     before = tree(tmp_path)
