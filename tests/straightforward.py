@@ -1,7 +1,8 @@
 """The published losses written as the official code computes them (mask matrices over the
 whole contrast set, concatenated logits, similarities computed twice, one transformer call per
-sequence): the oracles that solo-ext's losses are checked against (``test_bench.py``) and the
-"straightforward" candidates of the loss benchmarks (``python -m benchmarks --what kernels``).
+sequence): the oracles that solo-ext's losses are checked against (``test_bench.py``; in float64,
+the PaCo, BCL and KCL tests' official replicas) and the "straightforward" candidates of the loss
+benchmarks (``python -m benchmarks --what kernels``).
 """
 
 from __future__ import annotations
@@ -91,32 +92,42 @@ def all4one_straightforward(p, c, proj, mz, queue, encoder, pos, knn: int, t: fl
     return 0.5 * centroid + 0.5 * neighbour + 0.5 * feature
 
 
-def paco_straightforward(features, labels, sup_logits, log_prior, b, alpha, beta, gamma, t):
-    """PaCo as the official ``PaCoLoss`` computes it (supt = 1, base temperature = t): float
-    masks [B, C + N] over the centres and the contrast set, the concatenated logits shifted by
-    their row max, exp * weights, log(sum + 1e-12), the weighted mean of the log-probabilities."""
+def paco_straightforward(
+    features, labels, sup_logits, log_prior, b, alpha, beta, gamma, t, supt=1.0, base_t=None,
+    smooth=0.0,
+):  # fmt: skip
+    """PaCo as the official ``PaCoLoss`` computes it (``PaCo/LT/losses.py``; GPaCo's
+    ``GPaCo/LT/losses.py`` with b = N - K anchors and label smoothing ``smooth``): float masks
+    [B, C + N] over the centres and the contrast set, the concatenated logits shifted by their row
+    max, exp * weights, log(sum + 1e-12), the weighted mean of the log-probabilities, times
+    t / base_t (base_t None: t). log_prior None: no prior (GPaCo without its class weights)."""
     c = sup_logits.size(1)
     col = labels.view(-1, 1)
-    same = torch.eq(col[:b], col.T).float()
+    same = torch.eq(col[:b], col.T).to(features.dtype)
     sims = features[:b] @ features.T / t
-    all_logits = torch.cat([sup_logits + log_prior, sims], dim=1)
+    centres = (sup_logits if log_prior is None else sup_logits + log_prior) / supt
+    all_logits = torch.cat([centres, sims], dim=1)
     shifted = all_logits - all_logits.max(dim=1, keepdim=True).values.detach()
     rows = torch.arange(b, device=features.device).view(-1, 1)
     not_self = torch.scatter(torch.ones_like(same), 1, rows, 0)
     same = same * not_self
-    target = F.one_hot(col[:b].view(-1), num_classes=c).float()
+    target = F.one_hot(col[:b].view(-1), num_classes=c).to(features.dtype)
+    if smooth:
+        target = smooth / (c - 1) * (1 - target) + (1 - smooth) * target
     pos_weight = torch.cat([target * beta, same * alpha], dim=1)
-    denom_weight = torch.cat([torch.ones(b, c, device=features.device), gamma * not_self], dim=1)
+    denom_weight = torch.cat([torch.ones_like(target), gamma * not_self], dim=1)
     denom = (torch.exp(shifted) * denom_weight).sum(dim=1, keepdim=True)
     log_prob = shifted - torch.log(denom + 1e-12)
-    return -((pos_weight * log_prob).sum(dim=1) / pos_weight.sum(dim=1)).mean()
+    scale = 1.0 if base_t is None else t / base_t
+    return (-scale * (pos_weight * log_prob).sum(dim=1) / pos_weight.sum(dim=1)).mean()
 
 
-def bcl_straightforward(features, prototypes, labels, t: float):
+def bcl_straightforward(features, prototypes, labels, t: float, reduction: str = "mean"):
     """BalSCL as the official ``loss/contrastive.py`` computes it: float masks [2B, 2B + C], the
     batch class counts from one-hot rows, the max-subtracted logits, exp * mask divided by the
-    per-column class count, the mean log-probability of the positives. (The official code reads
-    the per-column count with a Python loop of ``.item()``; here one index does it.)"""
+    per-column class count, the mean log-probability of the positives; ``reduction="none"``: the
+    per-anchor losses as [2, B]. (The official code reads the per-column count with a Python loop
+    of ``.item()``; here one index does it.)"""
     b, c = features.size(0), prototypes.size(0)
     targets = labels.view(-1, 1)
     targets = torch.cat([targets.repeat(2, 1), torch.arange(c, device=labels.device).view(-1, 1)])
@@ -132,30 +143,58 @@ def bcl_straightforward(features, prototypes, labels, t: float):
     per_ins_weight = batch_cls_count[targets.view(-1)].view(1, -1) - mask
     exp_logits_sum = exp_logits.div(per_ins_weight).sum(dim=1, keepdim=True)
     log_prob = logits - torch.log(exp_logits_sum)
-    return -((mask * log_prob).sum(dim=1) / mask.sum(dim=1)).mean()
+    per_anchor = -(mask * log_prob).sum(dim=1) / mask.sum(dim=1)
+    return per_anchor.mean() if reduction == "mean" else per_anchor.view(2, b)
 
 
-def kcl_straightforward(q, k, queue, labels, queue_labels, posk: int, t: float):
-    """KCL as BalFeat's ``KCL.forward`` + ``SoftCrossEntropyLoss`` compute it: the float
-    same-class mask [B, K], ``topk`` on it, the soft target over the concatenated logits,
-    ``log_softmax``."""
+def kcl_straightforward(
+    q, k, queue, labels, queue_labels, posk: int | None, t: float, losstype="v1"
+):
+    """KCL as BalFeat's ``moco/kcl_builder.py`` computes it (``KCL.forward`` +
+    ``SoftCrossEntropyLoss``): the float same-class mask [B, K], ``topk`` on it (posk None: every
+    same-class slot; ``v2``: the same-class slots not chosen are cut out of the negatives), the
+    soft target over the concatenated logits, ``log_softmax``."""
     bs, big_k = q.size(0), queue.size(0)
     l_pos = torch.einsum("nc,nc->n", q, k).unsqueeze(-1)
     l_neg = torch.einsum("nc,ck->nk", q, queue.T)
     gt_mask = (queue_labels.expand(bs, big_k) == labels.expand(big_k, bs).T).float()
-    _, pred = gt_mask.topk(posk, 1, True, True)
-    posk_mask = gt_mask * torch.zeros(bs, big_k, device=q.device).scatter_(1, pred, 1.0)
-    soft = torch.cat([torch.ones(bs, 1, device=q.device), posk_mask], dim=1)
+    if posk is not None:
+        _, pred = gt_mask.topk(posk, 1, True, True)
+        posk_mask = gt_mask * torch.zeros(bs, big_k, device=q.device).scatter_(1, pred, 1.0)
+        if losstype == "v2":
+            l_neg = l_neg * (1 - (gt_mask * (1 - posk_mask)).to(q.dtype))
+        gt_mask = posk_mask
+    soft = torch.cat([torch.ones(bs, 1, device=q.device), gt_mask], dim=1).to(q.dtype)
     soft = soft / soft.sum(dim=1, keepdim=True)
     logits = torch.cat([l_pos, l_neg], dim=1) / t
     return torch.sum(-F.log_softmax(logits, dim=1) * soft) / bs
+
+
+def official_sampling(mask, num_positive, gen):
+    """The ``num_positive`` loop of targeted-supcon's ``KCL.forward`` (float mask, flat
+    ``nonzero``): the sampled positives' mask."""
+    mask = mask.clone()
+    mask_pos_view = torch.zeros_like(mask)
+    for _ in range(num_positive):
+        all_pos_idxs = mask.view(-1).nonzero().view(-1)
+        num_pos_per_anchor = mask.sum(1)
+        num_pos_cum = num_pos_per_anchor.cumsum(0).roll(1)
+        num_pos_cum[0] = 0
+        rand = torch.rand(mask.size(0), generator=gen, device=mask.device)
+        idxs = ((rand * num_pos_per_anchor).floor() + num_pos_cum).long()
+        idxs = idxs[num_pos_per_anchor.nonzero().view(-1)]
+        sampled = all_pos_idxs[idxs.view(-1)]
+        mask_pos_view.view(-1)[sampled] = 1
+        mask.view(-1)[sampled] = 0
+    return mask_pos_view
 
 
 def tsc_straightforward(q, k, queue, labels, queue_labels, targets, assignment, num_positive,
                         t, tw, gen):  # fmt: skip
     """TSC as targeted-supcon's ``KCL.forward`` computes it (``targeted``, ``sep_t``, tr = 1):
     the float mask [B, K + T] over queue and targets, ``num_positive`` rounds of flat
-    ``nonzero`` draws, the concatenated logits, ``F.normalize(logits.exp(), p=1).log()``.
+    ``nonzero`` draws (:func:`official_sampling`), the concatenated logits,
+    ``F.normalize(logits.exp(), p=1).log()``.
     (The official code marks each class's target in a Python loop over the classes; here one
     scatter does it.)"""
     b, n_queue = q.size(0), queue.size(0)
@@ -166,18 +205,7 @@ def tsc_straightforward(q, k, queue, labels, queue_labels, targets, assignment, 
     mask = torch.eq(labels.view(-1, 1), all_labels).float()
     mask_target = torch.zeros_like(mask)
     mask_target[torch.arange(b, device=q.device), n_queue + assignment[labels]] = 1
-    mask_pos_view = torch.zeros_like(mask)
-    for _ in range(num_positive):
-        all_pos_idxs = mask.view(-1).nonzero().view(-1)
-        num_pos_per_anchor = mask.sum(1)
-        num_pos_cum = num_pos_per_anchor.cumsum(0).roll(1)
-        num_pos_cum[0] = 0
-        rand = torch.rand(b, generator=gen, device=q.device)
-        idxs = ((rand * num_pos_per_anchor).floor() + num_pos_cum).long()
-        idxs = idxs[num_pos_per_anchor.nonzero().view(-1)]
-        sampled = all_pos_idxs[idxs.view(-1)]
-        mask_pos_view.view(-1)[sampled] = 1
-        mask.view(-1)[sampled] = 0
+    mask_pos_view = official_sampling(mask, num_positive, gen)
     mask_pos_view_class = mask_pos_view.clone()
     mask_pos_view = mask_pos_view + mask_target
     ones, zeros = torch.ones(b, 1, device=q.device), torch.zeros(b, 1, device=q.device)

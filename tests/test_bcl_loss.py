@@ -7,6 +7,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from straightforward import bcl_straightforward
 
 from solo_ext.losses.bcl import (
     bcl_contrastive_loss,
@@ -17,34 +18,11 @@ from solo_ext.losses.bcl import (
 
 
 def balscl_reference(centers, features, targets, num_classes, temperature):
-    """BalSCL.forward of the official loss/contrastive.py, step by step, in float64 on the CPU.
-
-    Returns the per-anchor losses as [2, B] (the official value is their mean).
-    """
+    """BalSCL.forward of the official loss/contrastive.py (``straightforward.py``'s replica) in
+    float64: the per-anchor losses as [2, B] (the official value is their mean)."""
+    assert centers.size(0) == num_classes
     features, centers = features.double(), centers.double()
-    b = features.shape[0]
-    targets = targets.contiguous().view(-1, 1)
-    targets_centers = torch.arange(num_classes).view(-1, 1)
-    targets = torch.cat([targets.repeat(2, 1), targets_centers], dim=0)  # [2B + C, 1]
-    batch_cls_count = torch.eye(num_classes, dtype=torch.float64)[targets].sum(dim=0).squeeze()
-
-    mask = torch.eq(targets[: 2 * b], targets.T).double()
-    logits_mask = torch.scatter(torch.ones_like(mask), 1, torch.arange(2 * b).view(-1, 1), 0)
-    mask = mask * logits_mask
-
-    columns = torch.cat(torch.unbind(features, dim=1), dim=0)
-    columns = torch.cat([columns, centers], dim=0)
-    logits = columns[: 2 * b].mm(columns.T) / temperature
-    logits_max, _ = torch.max(logits, dim=1, keepdim=True)
-    logits = logits - logits_max.detach()
-
-    exp_logits = torch.exp(logits) * logits_mask
-    column_count = torch.tensor([batch_cls_count[i].item() for i in targets], dtype=torch.float64)
-    per_ins_weight = column_count.view(1, -1).expand(2 * b, 2 * b + num_classes) - mask
-    exp_logits_sum = exp_logits.div(per_ins_weight).sum(dim=1, keepdim=True)
-    log_prob = logits - torch.log(exp_logits_sum)
-    mean_log_prob_pos = (mask * log_prob).sum(1) / mask.sum(1)
-    return (-mean_log_prob_pos).view(2, b)
+    return bcl_straightforward(features, centers, targets, temperature, reduction="none")
 
 
 def logit_adjust_reference(x, target, cls_num_list, tau):
@@ -68,46 +46,34 @@ CASES = [
     (6, 50, 8, 1.0, 50),
     (32, 100, 24, 0.07, 12),
 ]
+TOLERANCES = {
+    torch.float64: {"value": dict(rtol=1e-10, atol=1e-12), "grad": dict(rtol=1e-9, atol=1e-12)},
+    torch.float32: {"value": dict(rtol=5e-6, atol=5e-6), "grad": dict(rtol=1e-4, atol=1e-5)},
+}
 
 
-@pytest.mark.parametrize("b,c,d,t,drawn", CASES)
-def test_values_and_gradients_match_official_float64(b, c, d, t, drawn):
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("b,c,d,t,drawn", CASES + [(8, 4, 16, 0.01, 3)])
+def test_values_and_gradients_match_official_float64(b, c, d, t, drawn, dtype):
+    """Per anchor, mean and gradients (t = 0.01 puts logits at 100: exp would overflow without
+    the logsumexp)."""
     gen = torch.Generator().manual_seed(b * 100 + c)
-    features = _unit(b, 2, d, gen=gen).requires_grad_()
-    prototypes = _unit(c, d, gen=gen).requires_grad_()
+    features = _unit(b, 2, d, gen=gen, dtype=dtype).requires_grad_()
+    prototypes = _unit(c, d, gen=gen, dtype=dtype).requires_grad_()
     labels = torch.randint(0, drawn, (b,), generator=gen)
-
+    f64, p64 = (x.detach().double().requires_grad_() for x in (features, prototypes))
+    want = balscl_reference(p64, f64, labels, c, t)
+    tol = TOLERANCES[dtype]
     got = bcl_contrastive_loss(features, prototypes, labels, temperature=t, reduction="none")
-    want = balscl_reference(prototypes, features, labels, c, t)
-    assert got.dtype == torch.float64
-    torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-12)
-
+    assert got.dtype == dtype
+    torch.testing.assert_close(got.double(), want, **tol["value"])
     got_mean = bcl_contrastive_loss(features, prototypes, labels, temperature=t)
-    torch.testing.assert_close(got_mean, want.mean(), rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(got_mean.double(), want.mean(), **tol["value"])
     for g, w in zip(
         torch.autograd.grad(got_mean, (features, prototypes)),
-        torch.autograd.grad(want.mean(), (features, prototypes)),
+        torch.autograd.grad(want.mean(), (f64, p64)),
     ):
-        torch.testing.assert_close(g, w, rtol=1e-9, atol=1e-12)
-
-
-@pytest.mark.parametrize("b,c,d,t,drawn", CASES + [(8, 4, 16, 0.01, 3)])
-def test_float32_matches_official_float64(b, c, d, t, drawn):
-    """float32 inputs (t = 0.01 puts logits at 100: exp would overflow without the logsumexp)."""
-    gen = torch.Generator().manual_seed(b + c)
-    features = _unit(b, 2, d, gen=gen, dtype=torch.float32).requires_grad_()
-    prototypes = _unit(c, d, gen=gen, dtype=torch.float32).requires_grad_()
-    labels = torch.randint(0, drawn, (b,), generator=gen)
-    got = bcl_contrastive_loss(features, prototypes, labels, temperature=t)
-    f64, p64 = features.detach().double().requires_grad_(), prototypes.detach().double()
-    p64.requires_grad_()
-    want = balscl_reference(p64, f64, labels, c, t).mean()
-    assert got.dtype == torch.float32 and torch.isfinite(got)
-    assert got.item() == pytest.approx(want.item(), rel=1e-5, abs=1e-5)
-    for g, w in zip(
-        torch.autograd.grad(got, (features, prototypes)), torch.autograd.grad(want, (f64, p64))
-    ):
-        torch.testing.assert_close(g.double(), w, rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(g.double(), w, **tol["grad"])
 
 
 def test_half_precision_and_autocast_compute_in_float32():

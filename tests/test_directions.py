@@ -70,7 +70,7 @@ def test_scl_step_is_the_first_crops_queries_against_the_second_crops_keys(make_
     torch.testing.assert_close(q, want_q[0], rtol=1e-4, atol=1e-5)
     torch.testing.assert_close(k, want_k[1], rtol=1e-4, atol=1e-5)
     reference = scl_reference(q, k, keys, labels, queue_labels, model.temperature)
-    assert float(value) == pytest.approx(reference, rel=1e-5)
+    assert float(value) == pytest.approx(reference.item(), rel=1e-5)
     # B keys of the second crop, with their labels, enter the queue after the step
     ptr = int(model.queue.ptr)
     model.write_queues()
@@ -138,11 +138,11 @@ def test_dscl_first_step_against_the_published_start_of_the_queue(start, make_cf
     (q, k, targets, _, (keys, queue_labels), value) = calls[0]
     alpha = 1 / (1 + model.cfg.method_kwargs.beta)
     want = dscl_reference(q, k, keys, targets, queue_labels, alpha, model.temperature)
-    assert float(value) == pytest.approx(want, rel=1e-5)
+    assert float(value) == pytest.approx(want.item(), rel=1e-5)
     batch_only = dscl_reference(
         q, k, keys, targets, torch.full_like(labels, -1), alpha, model.temperature
     )
-    assert (float(value) == pytest.approx(batch_only, rel=1e-5)) == (start == "empty")
+    assert (float(value) == pytest.approx(batch_only.item(), rel=1e-5)) == (start == "empty")
 
 
 @pytest.mark.parametrize("start", ["random", "empty"])

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import math
-
 import pytest
 import torch
 import torch.nn.functional as F
@@ -13,27 +11,23 @@ from solo_ext.losses.scl import scl_loss
 
 
 def dscl_reference(q, k, queue, labels, queue_labels, alpha, t):
-    """Eq. 8-9, one anchor at a time in float64: alpha on k_i, (1 - alpha) / |P_i| on P_i."""
+    """Eq. 8-9, one anchor at a time in differentiable float64 (no masks): alpha on k_i,
+    (1 - alpha) / |P_i| on the other positives P_i ("scl": alpha = 1 / (|P_i| + 1))."""
     b = q.size(0)
-    total = 0.0
+    filled = [j for j in range(queue.size(0)) if queue_labels[j].item() != -1]
+    total = 0
     for i in range(b):
-        members = [(q[j].double(), labels[j].item(), "q") for j in range(b) if j != i]
-        members += [(k[j].double(), labels[j].item(), "k" if j == i else "o") for j in range(b)]
-        members += [
-            (queue[j].double(), queue_labels[j].item(), "o")
-            for j in range(queue.size(0))
-            if queue_labels[j].item() != -1
-        ]
-        anchor = q[i].double()
-        z = sum(math.exp(float(anchor @ c) / t) for c, _, _ in members)
-        log_p = [float(anchor @ c) / t - math.log(z) for c, _, _ in members]
-        aug = [lp for lp, (_, _, kind) in zip(log_p, members) if kind == "k"][0]
-        others = [
-            lp for lp, (_, y, kind) in zip(log_p, members) if kind != "k" and y == labels[i].item()
-        ]
+        members = [q[j] for j in range(b) if j != i] + list(k) + [queue[j] for j in filled]
+        ys = [labels[j] for j in range(b) if j != i] + list(labels)
+        ys = [y.item() for y in ys + [queue_labels[j] for j in filled]]
+        aug_at = b - 1 + i  # k_i
+        logits = torch.stack([q[i].double() @ c.double() for c in members]) / t
+        log_p = logits - torch.logsumexp(logits, dim=0)
+        others = [j for j, y in enumerate(ys) if j != aug_at and y == labels[i].item()]
         a = (1 / (len(others) + 1) if alpha == "scl" else alpha) if others else 1.0
-        loss = -a * aug - ((1 - a) * sum(others) / len(others) if others else 0.0)
-        total += loss
+        total = total - a * log_p[aug_at]
+        if others:
+            total = total - (1 - a) * log_p[others].mean()
     return total / b
 
 
@@ -51,31 +45,7 @@ def test_matches_loop_reference(b, k_size, d, t, alpha):
     queue_labels = torch.randint(-1, 3, (k_size,), generator=gen)
     got = dscl_loss(q, k, queue, labels, queue_labels, alpha=alpha, temperature=t)
     want = dscl_reference(q, k, queue, labels, queue_labels, alpha, t)
-    assert got.item() == pytest.approx(want, rel=1e-5, abs=1e-6)
-
-
-def dscl_reference_autograd(q, k, queue, labels, queue_labels, alpha, t):
-    """Eq. 8-9 again, one anchor at a time, in differentiable float64 (no masks)."""
-    b = q.size(0)
-    total = q.new_zeros((), dtype=torch.float64)
-    for i in range(b):
-        members = [q[j] for j in range(b) if j != i] + [k[j] for j in range(b)]
-        kinds = [labels[j].item() for j in range(b) if j != i] + [
-            labels[j].item() for j in range(b)
-        ]
-        aug_at = b - 1 + i
-        for j in range(queue.size(0)):
-            if queue_labels[j].item() != -1:
-                members.append(queue[j])
-                kinds.append(queue_labels[j].item())
-        logits = torch.stack([(q[i] * c).sum() for c in members]).double() / t
-        log_p = logits - torch.logsumexp(logits, dim=0)
-        others = [j for j, y in enumerate(kinds) if j != aug_at and y == labels[i].item()]
-        a = (1 / (len(others) + 1) if alpha == "scl" else alpha) if others else 1.0
-        total = total - a * log_p[aug_at]
-        if others:
-            total = total - (1 - a) * log_p[others].mean()
-    return total / b
+    assert got.item() == pytest.approx(want.item(), rel=1e-5, abs=1e-6)
 
 
 @pytest.mark.parametrize("alpha", [0.3, "scl"])
@@ -88,7 +58,7 @@ def test_gradients_match_loop_reference(alpha, num_classes):
     got = dscl_loss(
         *leaves, labels, queue_labels, alpha=alpha, temperature=0.1, num_classes=num_classes
     )
-    want = dscl_reference_autograd(*leaves, labels, queue_labels, alpha, 0.1)
+    want = dscl_reference(*leaves, labels, queue_labels, alpha, 0.1)
     assert got.item() == pytest.approx(want.item(), rel=1e-5)
     for g, w in zip(torch.autograd.grad(got, leaves), torch.autograd.grad(want, leaves)):
         torch.testing.assert_close(g.double(), w, rtol=1e-4, atol=1e-6)
@@ -132,22 +102,16 @@ def _gradient_ratio(alpha, num_positives, gen, d=256, k_size=65536, t=0.5):
     return (through_aug / through_positives).item()
 
 
-@pytest.mark.parametrize("alpha", [0.1, 0.3, 0.5])
-def test_gradient_ratio_is_alpha_over_one_minus_alpha_for_any_class_size(alpha):
+@pytest.mark.parametrize("alpha", [0.1, 0.3, 0.5, "scl"])
+def test_gradient_ratio_through_the_augmented_view(alpha):
+    """alpha / (1 - alpha) whatever the class size; SCL's shrinks as 1 / |P_i|."""
     gen = torch.Generator().manual_seed(3)
     for num_positives in (4, 64, 512):
         ratio = _gradient_ratio(alpha, num_positives, gen)
         # p(c | q) ~ 1/K at random init: the ratio is (alpha - p) / (1 - alpha - |P| p), which
         # is alpha / (1 - alpha) up to |P| / K (DSCL eq. 10; K = 65536, the official queue)
-        assert ratio == pytest.approx(alpha / (1 - alpha), rel=0.1), num_positives
-
-
-def test_scl_gradient_ratio_shrinks_with_class_size():
-    gen = torch.Generator().manual_seed(4)
-    for num_positives in (4, 64, 512):
-        assert _gradient_ratio("scl", num_positives, gen) == pytest.approx(
-            1 / num_positives, rel=0.1
-        )
+        want = 1 / num_positives if alpha == "scl" else alpha / (1 - alpha)
+        assert ratio == pytest.approx(want, rel=0.1), num_positives
 
 
 @pytest.mark.parametrize("alpha", [0.3, 0.6, "scl"])

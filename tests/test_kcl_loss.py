@@ -1,10 +1,10 @@
 """KCL and TSC against float64 replicas of the official code's operations, and their properties.
 
 The replicas follow ``bingykang/BalFeat`` ``moco/kcl_builder.py`` (KCL.forward and
-``util.SoftCrossEntropyLoss``) and ``LTH14/targeted-supcon`` ``moco/builder.py`` (KCL.forward,
-centroid update, matching) and ``target_generation.py``, with the queue as [K, D] rows instead
-of [D, K] columns and without the devices and the process group. They import nothing from
-solo_ext.
+``util.SoftCrossEntropyLoss``: ``straightforward.py``'s) and ``LTH14/targeted-supcon``
+``moco/builder.py`` (KCL.forward, its sampling loop ``straightforward.py``'s, centroid update,
+matching) and ``target_generation.py``, with the queue as [K, D] rows instead of [D, K] columns
+and without the devices and the process group. They import nothing from solo_ext.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from straightforward import kcl_straightforward, official_sampling
 
 from solo_ext.losses.kcl import (
     kcl_loss,
@@ -47,30 +48,9 @@ def _case(b, k_size, d, n_cls, seed, empty=0.2):
 # BalFeat KCL, replicated
 
 
-def balfeat_kcl(q, k, queue, labels_gt, label_queue, posk, t, losstype="v1"):
-    """KCL.forward + SoftCrossEntropyLoss of BalFeat, in float64 (gt_mask float32, as there)."""
-    q, k, queue = q.double(), k.double(), queue.double()
-    bs, big_k = q.size(0), queue.size(0)
-    queue_cols = queue.T  # the official [dim, K] buffer
-    l_pos = torch.einsum("nc,nc->n", [q, k]).unsqueeze(-1)
-    l_neg = torch.einsum("nc,ck->nk", [q, queue_cols])
-    key_gts = label_queue.clone().detach().expand(bs, big_k)
-    que_gts = labels_gt.detach().expand(big_k, bs).T
-    gt_mask = (key_gts == que_gts).float()
-    if posk is not None:
-        _, pred = gt_mask.topk(posk, 1, True, True)
-        posk_mask = torch.zeros(bs, big_k).scatter_(1, pred, 1.0)
-        posk_mask = gt_mask * posk_mask
-        if losstype == "v2":
-            unused_pos = gt_mask * (1 - posk_mask)
-            l_neg = l_neg * (1 - unused_pos.double())
-        gt_mask = posk_mask
-    soft_labels = torch.cat([torch.ones(bs, 1, dtype=torch.float64), gt_mask.double()], dim=1)
-    soft_labels = soft_labels / soft_labels.sum(dim=1, keepdim=True)
-    logits = torch.cat([l_pos, l_neg], dim=1)
-    logits = logits / t
-    nlp = -F.log_softmax(logits, dim=1)
-    return torch.sum(nlp * soft_labels) / bs
+def balfeat_kcl(q, k, queue, *args):
+    """BalFeat's KCL (``straightforward.py``'s replica) in float64."""
+    return kcl_straightforward(q.double(), k.double(), queue.double(), *args)
 
 
 def infonce(q, k, queue, t):
@@ -178,24 +158,6 @@ def test_kcl_selections():
 
 # --------------------------------------------------------------------------------------------
 # targeted-supcon KCL / TSC, replicated
-
-
-def official_sampling(mask, num_positive, gen):
-    """The ``num_positive`` loop of targeted-supcon's KCL.forward (float mask, flat nonzero)."""
-    mask = mask.clone()
-    mask_pos_view = torch.zeros_like(mask)
-    for _ in range(num_positive):
-        all_pos_idxs = mask.view(-1).nonzero().view(-1)
-        num_pos_per_anchor = mask.sum(1)
-        num_pos_cum = num_pos_per_anchor.cumsum(0).roll(1)
-        num_pos_cum[0] = 0
-        rand = torch.rand(mask.size(0), generator=gen)
-        idxs = ((rand * num_pos_per_anchor).floor() + num_pos_cum).long()
-        idxs = idxs[num_pos_per_anchor.nonzero().view(-1)]
-        sampled_pos_idxs = all_pos_idxs[idxs.view(-1)]
-        mask_pos_view.view(-1)[sampled_pos_idxs] = 1
-        mask.view(-1)[sampled_pos_idxs] = 0
-    return mask_pos_view
 
 
 def official_tsc(

@@ -7,6 +7,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from straightforward import paco_straightforward
 
 from solo_ext.losses.paco import gpaco_loss, paco_log_prior, paco_loss
 
@@ -20,51 +21,13 @@ def _one_thread():
     torch.set_num_threads(before)
 
 
-def official_reference(
-    features,
-    labels,
-    sup_logits,
-    *,
-    anchors,
-    alpha,
-    beta,
-    gamma,
-    t,
-    counts=None,
-    supt=1.0,
-    base_t=None,
-    smooth=0.0,
-):
-    """The official forward, operation for operation, in float64.
-
-    ``anchors`` = (N - K) // 2 for PaCo (``PaCo/LT/losses.py``), N - K for GPaCo
-    (``GPaCo/LT/losses.py``); ``counts``: the ``cls_num_list`` (None: no prior, as GPaCo without
-    ``cal_weight_for_classes``).
-    """
+def official_reference(features, labels, sup_logits, *, anchors, counts=None, **kwargs):
+    """The official forward (``straightforward.py``'s, operation for operation) in float64;
+    ``anchors`` = (N - K) // 2 for PaCo, N - K for GPaCo; ``counts``: the ``cls_num_list``
+    (None: no prior, as GPaCo without ``cal_weight_for_classes``)."""
     features, sup_logits = features.double(), sup_logits.double()
-    num_classes = sup_logits.size(1)
-    col = labels.view(-1, 1)
-    same = torch.eq(col[:anchors], col.T).double()
-    sims = features[:anchors] @ features.T / t
-    if counts is not None:
-        freq = torch.as_tensor(counts, dtype=torch.float64).view(1, -1)
-        freq = freq / freq.sum()
-        centres = (sup_logits + torch.log(freq + 1e-9)) / supt
-    else:
-        centres = sup_logits / supt
-    all_logits = torch.cat((centres, sims), dim=1)
-    shifted = all_logits - all_logits.max(dim=1, keepdim=True).values.detach()
-    not_self = torch.scatter(torch.ones_like(same), 1, torch.arange(anchors).view(-1, 1), 0)
-    same = same * not_self
-    target = F.one_hot(col[:anchors].view(-1), num_classes=num_classes).double()
-    target = smooth / (num_classes - 1) * (1 - target) + (1 - smooth) * target
-    pos_weight = torch.cat((target * beta, same * alpha), dim=1)
-    denom_weight = torch.cat((torch.ones(anchors, num_classes).double(), gamma * not_self), dim=1)
-    denom = (torch.exp(shifted) * denom_weight).sum(dim=1, keepdim=True)
-    log_prob = shifted - torch.log(denom + 1e-12)
-    mean_pos = (pos_weight * log_prob).sum(dim=1) / pos_weight.sum(dim=1)
-    scale = 1.0 if base_t is None else t / base_t
-    return (-scale * mean_pos).mean()
+    log_prior = None if counts is None else log_prior64(counts)
+    return paco_straightforward(features, labels, sup_logits, log_prior, anchors, **kwargs)
 
 
 def equation_reference(
@@ -122,33 +85,19 @@ def _leaves(*tensors):
     return [x.clone().requires_grad_() for x in tensors]
 
 
-SHAPES = [(4, 0, 8, 3), (6, 12, 8, 5), (8, 40, 16, 10), (2, 3, 4, 2), (1, 5, 4, 3)]
-WEIGHTS = [(0.05, 1.0, 1.0), (1.0, 1.0, 0.0), (0.5, 0.3, 2.0), (0.0, 1.0, 1.0), (1.0, 0.0, 1.0)]
-
-
-@pytest.mark.parametrize("b,k,d,c", SHAPES)
-@pytest.mark.parametrize("t", [0.05, 1.0])
-@pytest.mark.parametrize("alpha,beta,gamma", WEIGHTS)
-@pytest.mark.parametrize("with_prior", [False, True])
-def test_paco_matches_official_values_and_gradients(b, k, d, c, t, alpha, beta, gamma, with_prior):
-    features, labels, sup_logits, counts = make_batch(b, k, d, c, seed=b * 100 + k + c)
-    counts = counts if with_prior else None
+def _assert_matches_official(loss_fn, batch, b, anchors, alpha, beta, gamma, t, prior, **extra):
+    """``loss_fn`` on the float32 path against the official value and gradients in float64."""
+    features, labels, sup_logits, counts = batch
+    counts = counts if prior else None
+    weights = dict(alpha=alpha, beta=beta, gamma=gamma)
+    log_prior = None if counts is None else paco_log_prior(counts)
+    kwargs = dict(batch_size=b, temperature=t, log_prior=log_prior, **weights, **extra)
     ours_f, ours_s = _leaves(features, sup_logits)
-    got = paco_loss(
-        ours_f.float(),  # the float32 path, gradients back in float64
-        labels,
-        ours_s.float(),
-        batch_size=b,
-        alpha=alpha,
-        beta=beta,
-        gamma=gamma,
-        temperature=t,
-        num_classes=c,
-        log_prior=None if counts is None else paco_log_prior(counts),
-    )
+    got = loss_fn(ours_f.float(), labels, ours_s.float(), **kwargs)
+    smooth = extra.get("label_smoothing", 0.0)
     ref_f, ref_s = _leaves(features, sup_logits)
     want = official_reference(
-        ref_f, labels, ref_s, anchors=b, alpha=alpha, beta=beta, gamma=gamma, t=t, counts=counts
+        ref_f, labels, ref_s, anchors=anchors, t=t, counts=counts, smooth=smooth, **weights
     )
     assert got.dtype == torch.float32
     assert got.item() == pytest.approx(want.item(), rel=1e-5, abs=1e-6)
@@ -158,74 +107,38 @@ def test_paco_matches_official_values_and_gradients(b, k, d, c, t, alpha, beta, 
         torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-6)
 
 
+SHAPES = [(4, 0, 8, 3), (6, 12, 8, 5), (8, 40, 16, 10), (2, 3, 4, 2), (1, 5, 4, 3)]
+WEIGHTS = [(0.05, 1.0, 1.0), (1.0, 1.0, 0.0), (0.5, 0.3, 2.0), (0.0, 1.0, 1.0), (1.0, 0.0, 1.0)]
+
+
+@pytest.mark.parametrize("b,k,d,c", SHAPES)
+@pytest.mark.parametrize("t", [0.05, 1.0])
+@pytest.mark.parametrize("alpha,beta,gamma", WEIGHTS)
+@pytest.mark.parametrize("prior", [False, True])
+def test_paco_matches_official_values_and_gradients(b, k, d, c, t, alpha, beta, gamma, prior):
+    batch = make_batch(b, k, d, c, seed=b * 100 + k + c)
+    _assert_matches_official(paco_loss, batch, b, b, alpha, beta, gamma, t, prior, num_classes=c)
+
+
 @pytest.mark.parametrize("b,k,d,c", SHAPES[:4])
 @pytest.mark.parametrize("smooth", [0.0, 0.1, 0.4])
-@pytest.mark.parametrize("with_prior", [False, True])
+@pytest.mark.parametrize("prior", [False, True])
 @pytest.mark.parametrize("alpha,beta,gamma", [(0.045, 1.0, 1.0), (0.5, 0.3, 2.0)])
-def test_gpaco_matches_official_values_and_gradients(
-    b, k, d, c, smooth, with_prior, alpha, beta, gamma
-):
-    features, labels, sup_logits, counts = make_batch(b, k, d, c, seed=7 * b + k, views=2)
-    counts = counts if with_prior else None
-    ours_f, ours_s = _leaves(features, sup_logits)
-    got = gpaco_loss(
-        ours_f.float(),
-        labels,
-        ours_s.float(),
-        batch_size=b,
-        alpha=alpha,
-        beta=beta,
-        gamma=gamma,
-        temperature=0.07,
-        log_prior=None if counts is None else paco_log_prior(counts),
-        label_smoothing=smooth,
+def test_gpaco_matches_official_values_and_gradients(b, k, d, c, smooth, prior, alpha, beta, gamma):
+    batch = make_batch(b, k, d, c, seed=7 * b + k, views=2)
+    _assert_matches_official(
+        gpaco_loss, batch, b, 2 * b, alpha, beta, gamma, 0.07, prior, label_smoothing=smooth
     )
-    ref_f, ref_s = _leaves(features, sup_logits)
-    want = official_reference(
-        ref_f,
-        labels,
-        ref_s,
-        anchors=2 * b,
-        alpha=alpha,
-        beta=beta,
-        gamma=gamma,
-        t=0.07,
-        counts=counts,
-        smooth=smooth,
-    )
-    assert got.item() == pytest.approx(want.item(), rel=1e-5, abs=1e-6)
-    got_grads = torch.autograd.grad(got, [ours_f, ours_s])
-    want_grads = torch.autograd.grad(want, [ref_f, ref_s])
-    for g, w in zip(got_grads, want_grads):
-        torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-6)
 
 
 @pytest.mark.parametrize("supt,base_t", [(1.0, None), (0.5, None), (2.0, 0.07), (1.0, 0.3)])
 def test_sup_and_base_temperature_match_official(supt, base_t):
     features, labels, sup_logits, counts = make_batch(6, 10, 8, 4, seed=5)
-    got = paco_loss(
-        features,
-        labels,
-        sup_logits,
-        batch_size=6,
-        alpha=0.05,
-        temperature=0.2,
-        log_prior=log_prior64(counts),
-        sup_temperature=supt,
-        base_temperature=base_t,
-    )
+    lp, temps = log_prior64(counts), dict(sup_temperature=supt, base_temperature=base_t)
+    got = paco_loss(features, labels, sup_logits, batch_size=6, alpha=0.05, log_prior=lp, **temps)
+    weights = dict(alpha=0.05, beta=1.0, gamma=1.0, t=0.2)  # t: paco_loss's default temperature
     want = official_reference(
-        features,
-        labels,
-        sup_logits,
-        anchors=6,
-        alpha=0.05,
-        beta=1.0,
-        gamma=1.0,
-        t=0.2,
-        counts=counts,
-        supt=supt,
-        base_t=base_t,
+        features, labels, sup_logits, anchors=6, counts=counts, supt=supt, base_t=base_t, **weights
     )
     assert got.dtype == torch.float64  # float64 inputs stay float64
     assert got.item() == pytest.approx(want.item(), rel=1e-9)
@@ -327,15 +240,6 @@ def test_alpha_zero_gamma_zero_is_logit_adjusted_cross_entropy(eps):
         sup_logits + log_prior.double(), labels[: 2 * b], label_smoothing=eps * c / (c - 1)
     )
     assert got.item() == pytest.approx(want.item(), rel=1e-7)
-
-
-def test_prior_is_added_to_the_logits_before_the_centre_temperature():
-    features, labels, sup_logits, counts = make_batch(6, 10, 8, 5, seed=14)
-    lp = paco_log_prior(counts).double()
-    kwargs = dict(batch_size=6, alpha=0.05, temperature=0.2, sup_temperature=0.5)
-    with_prior = paco_loss(features, labels, sup_logits, log_prior=lp, **kwargs)
-    shifted = paco_loss(features, labels, sup_logits + lp, **kwargs)
-    assert with_prior.item() == pytest.approx(shifted.item(), rel=1e-12)
 
 
 def test_prior_is_not_ignored():
@@ -460,26 +364,15 @@ def _call(fn=paco_loss, b=2, n=6, d=4, c=3, **kwargs):
         ({"labels": torch.zeros(6)}, "labels dtype torch.float32"),
         ({"features": torch.randn(6)}, r"features shape \(6,\)"),
         ({"log_prior": torch.zeros(4)}, r"log_prior shape \(4,\)"),
+        ({"fn": gpaco_loss, "label_smoothing": 1.0}, "label_smoothing=1.0"),
+        ({"fn": gpaco_loss, "label_smoothing": -0.1}, "label_smoothing=-0.1"),
+        ({"fn": gpaco_loss, "sup_logits": torch.randn(2, 3)}, r"\(2, 3\): must be \[4, C\]"),
+        ({"fn": gpaco_loss, "b": 4}, "8 anchors: features has only 6"),
     ],
 )
 def test_bad_arguments(kwargs, message):
     with pytest.raises(ValueError, match=message) as err:
         _call(**kwargs)
-    assert "\n" not in str(err.value)
-
-
-@pytest.mark.parametrize(
-    "kwargs,message",
-    [
-        ({"label_smoothing": 1.0}, "label_smoothing=1.0"),
-        ({"label_smoothing": -0.1}, "label_smoothing=-0.1"),
-        ({"sup_logits": torch.randn(2, 3)}, r"sup_logits shape \(2, 3\): must be \[4, C\]"),
-        ({"b": 4}, "8 anchors: features has only 6"),
-    ],
-)
-def test_bad_gpaco_arguments(kwargs, message):
-    with pytest.raises(ValueError, match=message) as err:
-        _call(gpaco_loss, **kwargs)
     assert "\n" not in str(err.value)
 
 

@@ -31,14 +31,9 @@ def test_fifo_and_wraparound_with_batch_not_dividing_size():
                 assert queue.labels[slot].item() == expected[slot] % 5
             else:
                 assert queue.labels[slot].item() == -1
+        assert queue.valid.tolist() == [slot in expected for slot in range(7)]
         assert queue.ptr.item() == written % 7
     assert queue.valid.all()
-
-
-def test_empty_slots_masked_until_filled():
-    queue = LabeledQueue(size=6, dim=2)
-    queue.enqueue(torch.ones(4, 2), torch.tensor([0, 1, 2, 3]))
-    assert queue.valid.tolist() == [True] * 4 + [False] * 2
 
 
 def test_batch_larger_than_queue_keeps_newest():
@@ -62,7 +57,7 @@ def test_state_dict_round_trip():
 
 
 def test_key_queue_is_the_same_fifo_without_labels():
-    """DenseCL's queues: the same slots and order as the labelled queue, written slots marked."""
+    """DenseCL's queues: the same slots, order and valid (written) slots as the labelled queue."""
     keys_only, labelled = KeyQueue(size=7, dim=3), LabeledQueue(size=7, dim=3)
     keys_only.keys.copy_(labelled.keys)
     assert not keys_only.valid.any()
@@ -75,11 +70,3 @@ def test_key_queue_is_the_same_fifo_without_labels():
         assert torch.equal(keys_only.valid, labelled.valid)
         assert keys_only.ptr.item() == labelled.ptr.item() == written % 7
     assert set(keys_only.state_dict()) == {"keys", "ptr", "written"}
-
-
-def test_key_queue_marks_only_what_was_written():
-    queue = KeyQueue(size=6, dim=2)
-    queue.enqueue(torch.ones(4, 2))
-    assert queue.valid.tolist() == [True] * 4 + [False] * 2
-    queue.enqueue(torch.ones(3, 2))
-    assert queue.valid.all() and queue.ptr.item() == 1
