@@ -98,31 +98,20 @@ def test_weights_scale_the_terms_exactly():
     assert all4one_loss(n, c, f, 0, 1, 0).total.item() == pytest.approx(2.9)
     assert all4one_loss(n, c, f, 0, 0, 1).total.item() == pytest.approx(0.37)
     terms = all4one_loss(n, c, f, 0.5, 0.5, 5.0)
+    # eta 5 x 0.37 is upstream's 0.5 * 10 * (0.5 on + 0.5 off) with on = off = 0.37
     assert terms.total.item() == pytest.approx(0.5 * 1.3 + 0.5 * 2.9 + 5 * 0.37)
-    assert terms.total.item() == pytest.approx(
-        0.5 * 1.3 + 0.5 * 2.9 + 0.5 * (0.5 * (0.74 / 2) * 10 + 0.5 * (0.74 / 2) * 10)
-    )  # upstream's 0.5 * 10 * (0.5 on + 0.5 off) with on = off = 0.37
 
 
 def test_upstream_positional_encoding_against_loop():
     for tokens, dim in ((5, 16), (4, 8), (10, 32)):
         expected = torch.tensor(loop_upstream_encoding(tokens, dim))
         torch.testing.assert_close(upstream_encoding(tokens, dim), expected)
-    model = CentroidTransformer(dim=16, num_heads=4, pos_encoding="upstream")
-    torch.testing.assert_close(model.pos, upstream_encoding(5, 16))
+    for length in (5, 4):  # the transformer's: the published layout, not the default Vaswani
+        model = CentroidTransformer(dim=16, num_heads=4, pos_len=length, pos_encoding="upstream")
+        torch.testing.assert_close(model.pos, torch.tensor(loop_upstream_encoding(length, 16)))
+        assert not torch.allclose(model.pos, CentroidTransformer(dim=16, pos_len=length).pos)
     with pytest.raises(ValueError, match="pos_encoding='rope'"):
         CentroidTransformer(dim=16, pos_encoding="rope")
-
-
-def _published(make_cfg, **extra):
-    """The published All4One settings on the tiny config (dims 16, so 8 heads fit)."""
-    kwargs = {
-        "method_kwargs.pred_hidden_dim": 32,
-        "method_kwargs.temperature": 0.2,
-        "method_kwargs.centroid_temperature": 0.1,
-        **extra,
-    }
-    return parse_cfg(make_cfg("all4one_ct", **kwargs))
 
 
 def test_published_defaults(make_cfg):
@@ -136,9 +125,13 @@ def test_total_loss_equals_the_published_formulation(make_cfg):
     """Upstream's step, re-derived with loops (nearest neighbours by sorting, the positional
     encoding, both InfoNCE terms and the feature term), on a fixed batch, support set and
     weights. The transformer is put in eval mode: its dropout would draw different masks."""
+    published = {  # the published settings on the tiny config (dims 16, so 8 heads fit)
+        "method_kwargs.pred_hidden_dim": 32,
+        "method_kwargs.temperature": 0.2,
+        "method_kwargs.centroid_temperature": 0.1,
+    }
     torch.manual_seed(0)
-    cfg = _published(make_cfg)
-    model = METHODS["all4one_ct"](cfg).train()
+    model = METHODS["all4one_ct"](parse_cfg(make_cfg("all4one_ct", **published))).train()
     model.centroid_transformer.eval()
     gen = torch.Generator().manual_seed(3)
     x1, x2 = (torch.randn(8, 3, 32, 32, generator=gen) for _ in range(2))
@@ -188,14 +181,6 @@ def test_total_loss_equals_the_published_formulation(make_cfg):
     assert terms.centroid.item() == pytest.approx(centroid, rel=1e-4)
     assert 10 * terms.feature.item() == pytest.approx(feature, rel=1e-4)
     assert terms.total.item() == pytest.approx(total, rel=1e-4)
-
-
-def test_one_matmul_gives_the_nearest_neighbour_and_the_top_k(make_cfg):
-    model = METHODS["all4one_ct"](_published(make_cfg, **{"method_kwargs.k": 3}))
-    z = F.normalize(torch.randn(6, 16), dim=1)
-    found = model.queue.neighbours(z, 3)
-    assert torch.equal(found.slots[:, 0], (z @ model.queue.keys.T).argmax(dim=1))
-    assert found.keys.shape == (6, 3, 16)
 
 
 def test_step_fills_the_support_set_and_logs_nn_accuracy(make_cfg):

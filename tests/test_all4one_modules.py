@@ -75,7 +75,8 @@ def test_every_config_key_is_honoured():
     assert all(layer.dropout.p == 0.3 for layer in layers)
     assert model.pos.shape == (7, 16)
     torch.testing.assert_close(model.pos, _vaswani(7, 16))
-    assert CentroidTransformer(dim=16).encoder.layers[0].linear1.out_features == 32  # 2 x dim
+    default = CentroidTransformer(dim=16)  # 2 x dim wide, 5 positions
+    assert default.encoder.layers[0].linear1.out_features == 32 and default.pos.shape == (5, 16)
     with pytest.raises(ValueError, match="pos_len=7"):
         model(torch.randn(1, 8, 16))
     with pytest.raises(ValueError, match="num_heads=3"):
@@ -92,35 +93,5 @@ def _vaswani(length: int, dim: int) -> torch.Tensor:
     return enc
 
 
-def _published_layout(length: int, dim: int) -> torch.Tensor:
-    """The All4One code's encoding of a [tokens, dim] sequence: a 1-D encoding whose positions
-    are the ``dim`` coordinates and whose channels are the tokens (sin, cos interleaved, over an
-    even channel count)."""
-    channels = 2 * math.ceil(length / 2)
-    enc = torch.zeros(length, dim)
-    for token in range(length):
-        i = token // 2
-        for coord in range(dim):
-            angle = coord / 10000 ** (2 * i / channels)
-            enc[token, coord] = math.sin(angle) if token % 2 == 0 else math.cos(angle)
-    return enc
-
-
-@pytest.mark.parametrize("length", [5, 4])
-def test_the_upstream_layout_is_the_published_one(length):
-    model = CentroidTransformer(dim=16, num_heads=4, pos_len=length, pos_encoding="upstream")
-    torch.testing.assert_close(model.pos, _published_layout(length, 16))
-    assert not torch.allclose(model.pos, _vaswani(length, 16))
-
-
 def test_sinusoidal_encoding_values():
-    enc = sinusoidal_encoding(4, 6)
-    for pos in range(4):
-        for i in range(3):
-            angle = pos / 10000 ** (2 * i / 6)
-            assert enc[pos, 2 * i].item() == pytest.approx(
-                torch.sin(torch.tensor(angle)).item(), abs=1e-6
-            )
-            assert enc[pos, 2 * i + 1].item() == pytest.approx(
-                torch.cos(torch.tensor(angle)).item(), abs=1e-6
-            )
+    torch.testing.assert_close(sinusoidal_encoding(4, 6), _vaswani(4, 6), rtol=0, atol=1e-6)

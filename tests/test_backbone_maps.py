@@ -117,22 +117,23 @@ def test_poolformer_after_the_final_norm():
     _assert_pooled(backbones.poolformer_s12("densecl"), 64, (2, 512, 2, 2))
 
 
+def _plain(method: str = "", **kwargs) -> nn.Module:
+    """A backbone without a known map (a host's backbone builder's signature)."""
+    backbone = nn.Sequential(nn.Conv2d(3, 16, 3), nn.AdaptiveAvgPool2d(1), nn.Flatten())
+    backbone.num_features = 16
+    return backbone
+
+
 def test_a_backbone_without_a_known_map_stops_in_one_line():
-    plain = nn.Sequential(nn.Conv2d(3, 4, 3), nn.AdaptiveAvgPool2d(1), nn.Flatten())
     with pytest.raises(ValueError, match=r"^backbone Sequential: no feature-map access") as err:
-        with last_feature_map(plain):
+        with last_feature_map(_plain()):
             pass
     assert "\n" not in str(err.value)
 
 
 @pytest.mark.parametrize("method", ["densecl", "pbsd"])
 def test_the_dense_methods_refuse_it_before_training(method, make_cfg, monkeypatch):
-    def plain(method: str = "", **kwargs) -> nn.Module:
-        backbone = nn.Sequential(nn.Conv2d(3, 16, 3), nn.AdaptiveAvgPool2d(1), nn.Flatten())
-        backbone.num_features = 16
-        return backbone
-
-    monkeypatch.setitem(BACKBONES, "plain_sequential", plain)
+    monkeypatch.setitem(BACKBONES, "plain_sequential", _plain)
     cfg = make_cfg(method, **{"backbone": {"name": "plain_sequential"}})
     with pytest.raises(ValueError, match=r"backbone Sequential: no feature-map access") as err:
         parse_cfg(cfg)
@@ -163,8 +164,6 @@ def test_pbsd_patches_are_a_size_the_backbone_takes(name, kwargs, box_crop_size,
 
 # --- one training step of each dense method on each backbone (the real solo-learn) -------------
 
-solo_only = pytest.mark.solo_learn
-
 # the smallest variant of each family at (about) the smallest crop whose last map is not 1x1
 CASES = {
     "resnet18": ({}, 32),  # the small-image stem (a 32 px dataset): 5x5
@@ -190,7 +189,7 @@ UNUSED = ("block2.layer.0.bn1.", "block3.layer.0.bn1.")
 AFTER_POOLING = ("head.norm.",)
 
 
-@solo_only
+@pytest.mark.solo_learn
 @pytest.mark.parametrize("name", list(CASES))
 @pytest.mark.parametrize("method", ["densecl", "pbsd"])
 def test_one_training_step(method, name, make_cfg, monkeypatch):
@@ -221,7 +220,7 @@ def test_one_training_step(method, name, make_cfg, monkeypatch):
     assert len(params) > 0.95 * len(list(model.backbone.parameters())) and not missing, missing
 
 
-@solo_only
+@pytest.mark.solo_learn
 def test_swin_needs_its_input_size(make_cfg):
     swin = {"name": "swin_tiny", "kwargs": {}}
     cfg = make_cfg("densecl", **{"backbone": swin, "augmentations.0.crop_size": 64})

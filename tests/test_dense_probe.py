@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 from conftest import eval_cfg, tiny_cfg
+from omegaconf import OmegaConf
 
 from solo_ext.commands import dense_probe
 from solo_ext.commands.pretrain import run
@@ -72,14 +73,9 @@ def test_dense_probe_beats_predicting_background(trained_run):
 
 
 def test_dense_probe_needs_label_maps(tmp_path, monkeypatch):
-    from solo_ext.runs import load as runs
-
     def fake_load(cfg):
-        from omegaconf import OmegaConf
-
         return None, OmegaConf.create({"data": {"dataset": "cifar10"}}), tmp_path
 
     monkeypatch.setattr(dense_probe, "load_for_eval", fake_load)
-    assert runs.load_for_eval is not fake_load
     with pytest.raises(ConfigError, match="data.dataset='cifar10': the dense probe needs"):
         dense_probe.run(eval_cfg("dense_probe", tmp_path))

@@ -91,17 +91,9 @@ def test_gradients_reach_only_the_query_branch(make_cfg):
     q, k = model(x1), model.momentum_forward(x2)
     assert q["fmap"].shape == (4, 64, 64) and q["dense"].shape == (4, 16, 64)
     match = dense_correspondence(q["fmap"], k["fmap"])
-    loss = densecl_loss(
-        q["z"],
-        k["z"],
-        model.queue.keys,
-        q["dense"],
-        k["dense"],
-        model.dense_queue.keys,
-        match,
-        0.5,
-        0.2,
-    )[0]
+    global_args = (q["z"], k["z"], model.queue.keys)
+    dense_args = (q["dense"], k["dense"], model.dense_queue.keys)
+    loss = densecl_loss(*global_args, *dense_args, match, 0.5, 0.2)[0]
     loss.backward()
     online = [model.backbone, model.projector, model.dense_projector]
     momentum = [model.momentum_backbone, model.momentum_projector, model.momentum_dense_projector]

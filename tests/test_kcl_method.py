@@ -17,28 +17,34 @@ from solo_ext.commands.pretrain import parse_cfg
 from solo_ext.host import METHODS
 
 
-def spy(model):
-    """Records what each contrastive_loss call saw: queries, keys, labels, the queue, the global
-    random state (TSC draws its positives from it) and the value."""
-    calls = []
-    loss_fn = model.contrastive_loss
-
-    def spied(q, k, labels, queue):
-        seen = (q.detach(), k.detach(), labels, queue.keys.clone(), queue.labels.clone())
-        state = torch.get_rng_state()
-        value = loss_fn(q, k, labels, queue)
-        calls.append((*seen, state, value.detach()))
-        return value
-
-    model.contrastive_loss = spied
-    return calls
-
-
 def fill_half(model) -> None:
     gen = torch.Generator().manual_seed(2)
     n = model.queue.size // 2
     keys = F.normalize(torch.randn(n, model.queue.keys.size(1), generator=gen), dim=1)
     model.queue.enqueue(keys, torch.randint(0, 4, (n,), generator=gen))
+
+
+def step(model, batch, fill: bool = True):
+    """One training step (the queue half filled first): what its contrastive_loss call saw
+    (queries, keys, labels, the queue's keys and labels), a generator at the global random state
+    it started from (TSC draws its positives from it), and its value."""
+    if fill:
+        fill_half(model)
+    calls = []
+    loss_fn = model.contrastive_loss
+
+    def spied(q, k, labels, queue):
+        seen = (q.detach(), k.detach(), labels, queue.keys.clone(), queue.labels.clone())
+        gen = torch.Generator()
+        gen.set_state(torch.get_rng_state())
+        value = loss_fn(q, k, labels, queue)
+        calls.append((*seen, gen, value.detach()))
+        return value
+
+    model.contrastive_loss = spied
+    model.training_step(batch, 0)
+    (call,) = calls
+    return call
 
 
 @pytest.mark.parametrize("k_pos", [6, 1, "all"])
@@ -50,10 +56,7 @@ def test_kcl_step_is_balfeats(k_pos, make_cfg):
     # the official start: random unit keys without labels, every one a negative
     assert (model.queue.labels == -1).all()
     torch.testing.assert_close(model.queue.keys.norm(dim=1), torch.ones(model.queue.size))
-    fill_half(model)
-    calls = spy(model)
-    model.training_step(batch, 0)
-    ((q, k, labels, keys, queue_labels, _, value),) = calls
+    q, k, labels, keys, queue_labels, _, value = step(model, batch)
     want = balfeat_kcl(q, k, keys, labels, queue_labels, k_pos, model.temperature)
     assert float(value) == pytest.approx(float(want), rel=1e-5)
 
@@ -64,12 +67,7 @@ def test_kcl_step_is_the_targeted_supcon_kcl_run_by_default(k_pos, make_cfg):
     code's loss without targets, with the draws of the step's random state."""
     model, batch = model_and_batch(make_cfg, "kcl", **{"method_kwargs.k_pos": k_pos})
     assert model.cfg.method_kwargs.positives == "random"
-    fill_half(model)
-    calls = spy(model)
-    model.training_step(batch, 0)
-    ((q, k, labels, keys, queue_labels, state, value),) = calls
-    gen = torch.Generator()
-    gen.set_state(state)
+    q, k, labels, keys, queue_labels, gen, value = step(model, batch)
     count = 0 if k_pos == "all" else k_pos  # (the official --K 0: every candidate)
     want, _, _ = official_tsc(
         q, k, keys, labels, queue_labels, None, None, count, model.temperature, 1, 0.2, True, gen
@@ -84,9 +82,7 @@ def test_kcl_with_an_empty_queue_start_leaves_the_unwritten_slots_out(make_cfg):
     # (ResNet-18's features: spread enough that the whole-queue loss is far from 0)
     overrides = {"method_kwargs.queue_start": "empty", "backbone": RESNET18}
     model, batch = model_and_batch(make_cfg, "kcl", **overrides)
-    calls = spy(model)
-    model.training_step(batch, 0)
-    ((q, k, labels, keys, queue_labels, _, value),) = calls
+    q, k, labels, keys, queue_labels, _, value = step(model, batch, fill=False)
     # all slots unwritten: the loss is over the key alone, log p(k_i) = 0
     assert float(value) == pytest.approx(0.0, abs=1e-6)
     everything = balfeat_kcl(q, k, keys, labels, queue_labels, 6, model.temperature)
@@ -113,11 +109,8 @@ def test_tsc_step_is_the_official_one(separate_target, make_cfg):
             "method_kwargs.kcl_epochs": 0,
         },
     )
-    fill_half(model)
     centroids = model.centroids.clone()
-    calls = spy(model)
-    model.training_step(batch, 0)
-    ((q, k, labels, keys, queue_labels, state, value),) = calls
+    q, k, labels, keys, queue_labels, gen, value = step(model, batch)
     # the centroids moved towards this step's queries, as the official per-class loop moves them
     moved = official_centroid_update(centroids, q, labels)
     torch.testing.assert_close(model.centroids, moved)
@@ -125,8 +118,6 @@ def test_tsc_step_is_the_official_one(separate_target, make_cfg):
     assert bool(model.targets_made)
     torch.testing.assert_close(targets.norm(dim=1), torch.ones(4))
     col_ind = best_assignment(moved, targets)
-    gen = torch.Generator()
-    gen.set_state(state)
     kw = model.cfg.method_kwargs
     want, _, _ = official_tsc(
         q, k, keys, labels, queue_labels, targets, col_ind, kw.num_positive, model.temperature,
@@ -138,15 +129,10 @@ def test_tsc_step_is_the_official_one(separate_target, make_cfg):
 def test_tsc_trains_kcl_first(make_cfg):
     """The first kcl_epochs: the TSC code's KCL (random draws, no targets), the centroids still."""
     model, batch = model_and_batch(make_cfg, "tsc", **{"method_kwargs.kcl_epochs": 1})
-    fill_half(model)
     centroids = model.centroids.clone()
-    calls = spy(model)
-    model.training_step(batch, 0)
-    ((q, k, labels, keys, queue_labels, state, value),) = calls
+    q, k, labels, keys, queue_labels, gen, value = step(model, batch)
     torch.testing.assert_close(model.centroids, centroids)
     assert not bool(model.targets_made)
-    gen = torch.Generator()
-    gen.set_state(state)
     want, _, _ = official_tsc(
         q, k, keys, labels, queue_labels, None, None, 6, model.temperature, 1, 0.2, True, gen
     )
@@ -164,8 +150,7 @@ def test_tsc_published_run_by_default(make_cfg):
 def test_tsc_targets_travel_in_the_checkpoint(make_cfg):
     model, _ = model_and_batch(make_cfg, "tsc", **{"method_kwargs.target_steps": 20})
     model.make_targets()
-    state = model.state_dict()
     fresh, _ = model_and_batch(make_cfg, "tsc", **{"method_kwargs.target_steps": 20})
-    fresh.load_state_dict(state)
+    fresh.load_state_dict(model.state_dict())
     assert bool(fresh.targets_made)
     torch.testing.assert_close(fresh.targets, model.targets)

@@ -9,14 +9,14 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import tiny_cfg
+from test_pbsd import pbsd_batch
 
 from solo_ext.commands.pretrain import parse_cfg
 from solo_ext.host import METHODS, BaseMethod, BaseMomentumMethod
 from solo_ext.methods.base import MomentumQueueMethod, SoloExtMethod
 from solo_ext.methods.dscl import DecoupledLoss
 from solo_ext.methods.pbsd import PatchDistillation
-from solo_ext.methods.registry import SOLO_EXT_METHODS, load, register
+from solo_ext.methods.registry import SOLO_EXT_METHODS, load
 from solo_ext.methods.scl import SCL, Criterion, StepTerm
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -57,23 +57,15 @@ def test_pbsd_is_dscls_step_with_the_distillation_term():
     assert not hasattr(SCL, "auxiliary_loss")
 
 
-def test_pbsd_with_no_distillation_weight_steps_as_dscl(tmp_path):
+def test_pbsd_with_no_distillation_weight_steps_as_dscl(make_cfg):
     """The same weights, batch and queue: PBSD's step at ``pbsd_weight: 0`` is DSCL's, and
     its distillation term enters the total with its weight."""
-    register()
+    device = {"method_kwargs.patch_source": "device"}
+    cfgs = {"dscl": parse_cfg(make_cfg("dscl")), "pbsd": parse_cfg(make_cfg("pbsd", **device))}
     torch.manual_seed(0)
-    same = {"backbone.name": "cifar_resnet32", "backbone.kwargs": {}}
-    cfgs = {
-        "dscl": parse_cfg(tiny_cfg("dscl", tmp_path / "dscl", **same)),
-        "pbsd": parse_cfg(
-            tiny_cfg("pbsd", tmp_path / "pbsd", **same, **{"method_kwargs.patch_source": "device"})
-        ),
-    }
     models = {m: METHODS[m](cfg) for m, cfg in cfgs.items()}
     models["pbsd"].load_state_dict(models["dscl"].state_dict())
-    gen = torch.Generator().manual_seed(1)
-    crops = [torch.randn(8, 3, 32, 32, generator=gen) for _ in range(2)]
-    batch = [torch.arange(8), crops, torch.randint(0, 4, (8,), generator=gen)]
+    batch = pbsd_batch()
     totals = {}
     for weight in (0.0, 2.0):
         models["pbsd"].cfg.method_kwargs.pbsd_weight = weight
@@ -111,12 +103,11 @@ def _in_module_class(path: Path, func: ast.FunctionDef) -> bool:
 
 
 @pytest.mark.parametrize("method", ["pbsd", "densecl"])
-def test_the_feature_map_comes_from_the_hosts_own_pass(method, tmp_path):
+def test_the_feature_map_comes_from_the_hosts_own_pass(method, make_cfg):
     """While training, ``forward`` adds the backbone's last map of the same pass (one backbone
     call; its pooling is the features); in evaluation there is no map."""
-    register()
     extra = {"method_kwargs.patch_source": "device"} if method == "pbsd" else {}
-    model = METHODS[method](parse_cfg(tiny_cfg(method, tmp_path, **extra)))
+    model = METHODS[method](parse_cfg(make_cfg(method, **extra)))
     calls = []
     model.backbone.register_forward_hook(lambda *_: calls.append(1))
     x = torch.randn(4, 3, 32, 32)

@@ -20,6 +20,8 @@ from test_bcl_loss import balscl_reference, logit_adjust_reference
 from test_paco_loss import official_reference
 
 from solo_ext.commands.pretrain import parse_cfg, run
+from solo_ext.data.datasets import build_dataset
+from solo_ext.data.transforms import build_eval_transform
 from solo_ext.host import METHODS
 
 B = 8
@@ -62,11 +64,14 @@ def test_paco_step_is_the_official_one(gpaco, prior, make_cfg):
     assert (model.queue.labels >= 0).all()
     official = copy.deepcopy(model)
     queue, queue_labels = model.queue.keys.clone(), model.queue.labels.clone()
-    seen = []
+    seen, momentum_calls = [], []
     terms = model.paco_terms
     model.paco_terms = lambda *a: seen.append(terms(*a)) or seen[-1]
+    model.momentum_backbone.register_forward_hook(lambda *a: momentum_calls.append(1))
     model.training_step(batch, 0).backward()
     ((loss, _),) = seen
+    # GPaCo computes no momentum branch, nor an EMA update after the step
+    assert (momentum_calls == [] and model.momentum_pairs == []) == gpaco
 
     _, (im_q, im_k), y = batch
     feat_q = official.backbone(im_q)
@@ -104,20 +109,6 @@ def test_paco_defaults_are_the_official_imagenet_lt_run(make_cfg):
     assert kw.label_smoothing == 0.0
 
 
-def test_gpaco_computes_no_momentum_branch(make_cfg):
-    model, batch = build(make_cfg, "paco", 2, **{"method_kwargs.gpaco": True})
-    calls = []
-    model.momentum_backbone.register_forward_hook(lambda *a: calls.append(1))
-    model.training_step(batch, 0)
-    assert calls == [] and model.momentum_pairs == []  # nor an EMA update after the step
-
-
-def test_the_log_prior_is_the_training_counts(make_cfg):
-    model, _ = build(make_cfg, "paco", 2)
-    freq = torch.tensor(COUNTS, dtype=torch.float64) / sum(COUNTS)
-    torch.testing.assert_close(model.log_prior.double(), torch.log(freq + 1e-9))
-
-
 def bcl_official_loss(model, batch):
     """The official train step's loss on a copy of the model: the three views in one forward."""
     _, views, y = batch
@@ -147,16 +138,13 @@ def test_bcl_step_is_the_official_one(make_cfg):
     assert_same_grads(trained_grads(model), trained_grads(official))
 
 
-def test_bcl_cosine_classifier_and_prototypes(make_cfg):
+def test_bcl_cosine_classifier(make_cfg):
     model, _ = build(make_cfg, "bcl", 3)
     w = model.head.weight  # [features, C], columns started at unit norm
     torch.testing.assert_close(w.norm(dim=0), torch.ones(4))
     x = torch.randn(5, w.size(0))
     want = 30 * (x / x.norm(dim=1, keepdim=True)) @ (w / w.norm(dim=0, keepdim=True))
     torch.testing.assert_close(model.head_logits(x), want)
-    # the prototypes take the classifier's gradient: the contrast trains the classifier too
-    model.prototypes().sum().backward()
-    assert w.grad is not None and w.grad.abs().sum() > 0
 
 
 @pytest.mark.parametrize("method", ["paco", "bcl"])
@@ -167,9 +155,6 @@ def test_the_reported_head_in_the_online_metrics_and_metrics_json(method, make_c
                                                        "data.few_threshold": 8})  # fmt: skip
     result = run(cfg)
     model = result["model"].eval()
-    from solo_ext.data.datasets import build_dataset
-    from solo_ext.data.transforms import build_eval_transform
-
     data = parse_cfg(make_cfg(method)).data
     val = build_dataset(data, "val", build_eval_transform("synthetic_lt", 32))
     x = torch.stack([val[i][0] for i in range(len(val))])

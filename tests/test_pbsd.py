@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import math
 
 import pytest
@@ -11,6 +12,7 @@ from torchvision.ops import roi_align
 
 import solo_ext.methods.pbsd as pbsd_module
 from solo_ext.commands.pretrain import parse_cfg, run
+from solo_ext.host import METHODS
 from solo_ext.host.standalone.backbones import build_backbone
 from solo_ext.losses.pbsd import pbsd_loss
 from solo_ext.modules.feature_maps import feature_map
@@ -142,12 +144,7 @@ def test_feature_map_and_pooled_features(name, kwargs, grid):
 
 def test_pbsd_weight_zero_trains_like_dscl(make_cfg):
     # two steps: the queue is empty at the first, so PBSD only has a set to compare at the second
-    common = {
-        "checkpoint.enabled": False,
-        "limit_train_batches": 2,
-        "limit_val_batches": 0,
-        "backbone": {"name": "cifar_resnet32"},  # the same backbone for both
-    }
+    common = {"checkpoint.enabled": False, "limit_train_batches": 2, "limit_val_batches": 0}
     dscl = run(make_cfg("dscl", **common))["metrics"]
     # patches cut on the device: the loader gives both runs the same crops (PBSD's own views
     # draw their random numbers in another order)
@@ -159,20 +156,22 @@ def test_pbsd_weight_zero_trains_like_dscl(make_cfg):
     assert pbsd["train_pbsd_loss"] == pytest.approx(dscl["train_dscl_loss"], rel=1e-5)
 
 
+def pbsd_batch(boxes: list[float] | None = None) -> list:
+    """8 images' two crops and labels; with ``boxes``, the loader's 5 patches of 9 px there."""
+    gen = torch.Generator().manual_seed(0)
+    crops = [torch.randn(8, 3, 32, 32, generator=gen) for _ in range(2)]
+    if boxes is not None:
+        crops += [torch.randn(8, 5, 3, 9, 9, generator=gen), torch.tensor([boxes]).repeat(8, 5, 1)]
+    return [torch.arange(8), crops, torch.randint(0, 4, (8,), generator=gen)]
+
+
 def test_loader_without_patches_falls_back_to_the_device_once(make_cfg, monkeypatch):
     """A loader that cannot make PBSD's views (solo-learn's DALI) gives two crops: the patches
     are then cut and augmented on the device, and the run says so once."""
-    from solo_ext.host import METHODS
-
     cfg = parse_cfg(make_cfg("pbsd"))
     assert cfg.method_kwargs.patch_source == "loader"
     model = METHODS["pbsd"](cfg)
-    gen = torch.Generator().manual_seed(0)
-    batch = [
-        torch.arange(8),
-        [torch.randn(8, 3, 32, 32, generator=gen) for _ in range(2)],
-        torch.randint(0, 4, (8,), generator=gen),
-    ]
+    batch = pbsd_batch()
     # (Lightning's logger does not propagate to the root when it was imported before any
     # handler existed, so the message is caught where it is sent, not through caplog)
     told: list[str] = []
@@ -188,15 +187,9 @@ def test_loader_views_reach_the_student_and_the_teacher(make_cfg, monkeypatch):
     """Patches and boxes from the loader are taken aside before the crop count is checked; the
     teacher pools at the loader's boxes, and the student sees the patches as one batch of B per
     patch index, in index order (BatchNorm statistics per index, as published)."""
-    import solo_ext.methods.pbsd as pbsd_module
-    from solo_ext.host import METHODS
-
-    cfg = parse_cfg(make_cfg("pbsd"))  # (registers the methods)
-    model = METHODS["pbsd"](cfg)
-    gen = torch.Generator().manual_seed(0)
-    crops = [torch.randn(8, 3, 32, 32, generator=gen) for _ in range(2)]
-    patches = torch.randn(8, 5, 3, 9, 9, generator=gen)
-    boxes = torch.tensor([[0.0, 0.0, 16.0, 16.0]]).repeat(8, 5, 1)
+    model = METHODS["pbsd"](parse_cfg(make_cfg("pbsd")))
+    batch = pbsd_batch([0.0, 0.0, 16.0, 16.0])
+    patches, boxes = batch[1][2:]
     pooled_at, student_batches = [], []
 
     def pool(fmap, at, size):
@@ -205,8 +198,7 @@ def test_loader_views_reach_the_student_and_the_teacher(make_cfg, monkeypatch):
 
     monkeypatch.setattr(pbsd_module, "roi_pool", pool)
     model.backbone.register_forward_pre_hook(lambda m, args: student_batches.append(args[0]))
-    labels = torch.randint(0, 4, (8,), generator=gen)
-    model.training_step([torch.arange(8), [*crops, patches, boxes], labels], 0)
+    model.training_step(batch, 0)
     assert len(pooled_at) == 1 and torch.equal(pooled_at[0], boxes)
     small = [x for x in student_batches if x.shape[-1] == 9]
     # one student call of the 8 images' patches per patch index, in index order
@@ -218,10 +210,6 @@ def test_patch_running_stats_false_keeps_the_full_views_statistics(make_cfg, mon
     """``patch_running_stats: false``: the same loss and gradients as the published step, and
     BatchNorm running statistics that are those of the full views alone (a fresh copy of the
     networks fed only the full-size inputs the step gave them, in the same order)."""
-    import copy
-
-    from solo_ext.host import METHODS
-
     cfg = parse_cfg(make_cfg("pbsd"))
     published = METHODS["pbsd"](cfg)
     cfg_kept = copy.deepcopy(cfg)
@@ -229,12 +217,7 @@ def test_patch_running_stats_false_keeps_the_full_views_statistics(make_cfg, mon
     kept = METHODS["pbsd"](cfg_kept)
     kept.load_state_dict(published.state_dict())
     fresh = copy.deepcopy(kept)
-    gen = torch.Generator().manual_seed(0)
-    crops = [torch.randn(8, 3, 32, 32, generator=gen) for _ in range(2)]
-    patches = torch.randn(8, 5, 3, 9, 9, generator=gen)
-    boxes = torch.tensor([[2.0, 1.0, 20.0, 17.0]]).repeat(8, 5, 1)
-    labels = torch.randint(0, 4, (8,), generator=gen)
-    batch = [torch.arange(8), [*crops, patches, boxes], labels]
+    batch = pbsd_batch([2.0, 1.0, 20.0, 17.0])
     # what the full views gave the online backbone and projector: their inputs before the
     # distillation term starts (its first act is to pool the teacher)
     seen: dict[str, list[torch.Tensor]] = {"backbone": [], "projector": []}

@@ -6,7 +6,9 @@ import pytest
 import torch
 from torch import nn
 
-from solo_ext.host import BACKBONES, build_backbone
+from solo_ext.commands.pretrain import parse_cfg
+from solo_ext.config import ConfigError
+from solo_ext.host import BACKBONES, METHODS, build_backbone
 from solo_ext.modules.resnet_cifar import CifarResNet
 
 
@@ -24,9 +26,6 @@ def test_registered_on_active_host_and_keeps_its_stem(make_cfg):
     """solo-learn swaps the stem of every ``resnet*`` backbone on CIFAR for a 64-channel one;
     ResNet-32 is registered under a name it does not take for one, so a method built on CIFAR
     (by the host's own BaseMethod) keeps the 16-channel stem, in both encoders."""
-    from solo_ext.commands.pretrain import parse_cfg
-    from solo_ext.host import METHODS
-
     assert "cifar_resnet32" in BACKBONES and "resnet32" not in BACKBONES
     backbone = build_backbone("cifar_resnet32", "scl", "cifar100")
     assert backbone(torch.randn(1, 3, 32, 32)).shape == (1, 64)
@@ -39,8 +38,5 @@ def test_registered_on_active_host_and_keeps_its_stem(make_cfg):
 
 
 def test_the_old_name_says_the_new_one(make_cfg):
-    from solo_ext.commands.pretrain import parse_cfg
-    from solo_ext.config import ConfigError
-
     with pytest.raises(ConfigError, match="^backbone.name='resnet32': now named 'cifar_resnet32'$"):
         parse_cfg(make_cfg("scl", **{"backbone.name": "resnet32"}))
