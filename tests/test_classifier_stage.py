@@ -307,28 +307,6 @@ def test_a_run_without_its_query_view_stops_in_one_line(tiny_run, tmp_path):
     assert {p: p.stat().st_mtime_ns for p in run.rglob("*")} == before  # nothing written
 
 
-@pytest.mark.parametrize(
-    "given,message",
-    [
-        ({"scheduler.name": "step"}, "scheduler.lr_decay_steps is missing"),
-        ({"optimizer.kwargs.momentum": 1.0}, "optimizer.kwargs.momentum=1.0: must be"),
-    ],
-)
-def test_a_bad_schedule_is_one_line(given, message, tmp_path):
-    with pytest.raises(ConfigError) as info:
-        linear.run(eval_cfg("linear", tmp_path / "none", **given))
-    assert str(info.value).startswith(message) and "\n" not in str(info.value)
-
-
-def test_a_bad_value_through_the_command(tiny_run, command):
-    code, _, err = command(
-        linear.main, "solo-ext-linear", f"pretrained_checkpoint_dir={tiny_run}", "backbone_bn=trian"
-    )
-    assert code == 2
-    assert err.strip().count("\n") == 0, err
-    assert err.startswith("solo-ext-linear: error: backbone_bn='trian': must be one of"), err
-
-
 @pytest.mark.solo_learn
 def test_main_linear_takes_a_made_folder_as_long_tailed_with_the_files_groups(tmp_path):
     """The same through solo-learn's main_linear.py (its parse_cfg, through the plugin's patches):

@@ -12,7 +12,6 @@ The GPU parts (mixed decoding, GPU augmentations) are left to a GPU run.
 from __future__ import annotations
 
 import math
-import pickle
 from pathlib import Path
 
 import numpy as np
@@ -26,11 +25,13 @@ pytest.importorskip("nvidia.dali", reason="NVIDIA DALI is not installed (pip ins
 import nvidia.dali.fn as fn  # noqa: E402
 import nvidia.dali.types as types  # noqa: E402
 from conftest import tiny_cfg  # noqa: E402
+from test_datasets import cifar_folder, write_images  # noqa: E402
 from torch.utils.data import Dataset  # noqa: E402
 
 from solo_ext.config import ConfigError  # noqa: E402
 from solo_ext.data import dali  # noqa: E402
 from solo_ext.data.dali import DALIAugmentation, DALILoader  # noqa: E402
+from solo_ext.data.datasets import build_dataset, fill_data_cfg  # noqa: E402
 from solo_ext.data.samplers import SAMPLERS, build_sampler  # noqa: E402
 from solo_ext.methods.registry import SOLO_EXT_METHODS  # noqa: E402
 
@@ -146,24 +147,10 @@ def test_two_ranks_read_disjoint_shares_of_one_global_order():
     assert reads[0] == whole[0 : 2 * n : 2] and reads[1] == whole[1 : 2 * n : 2]
 
 
-def image_folder(root: Path, per_class: list[int], size: int = 8) -> list[np.ndarray]:
-    """Class folders of PNG files (lossless) with random pixels; returns the pixels in the
-    order ImageFolder lists them."""
-    rng = np.random.default_rng(1)
-    pixels = []
-    for c, n in enumerate(per_class):
-        (root / f"class{c}").mkdir(parents=True)
-        for i in range(n):
-            p = rng.integers(0, 256, (size, size, 3), dtype=np.uint8)
-            Image.fromarray(p).save(root / f"class{c}" / f"{i:03d}.png")
-            pixels.append(p)
-    return pixels
-
-
 def test_files_are_decoded_by_dali_as_pil_reads_them(tmp_path):
     from torchvision.datasets import ImageFolder
 
-    pixels = image_folder(tmp_path, [5, 3, 2])
+    pixels = write_images(tmp_path, [5, 3, 2])
     data = ImageFolder(str(tmp_path))
     dl = loader(data, sampler_of("instance", data.targets), batch_size=2)
     assert dl.reader.encoded
@@ -251,87 +238,44 @@ def test_equalization_stops_in_one_line():
 # --- datasets by name ------------------------------------------------------------------------
 
 
-def test_cifar_lt_by_name_reads_the_arrays(tmp_path, monkeypatch):
-    import torchvision.datasets as tvd
-
-    from solo_ext.data.datasets import build_dataset, fill_data_cfg
-
-    folder = tmp_path / tvd.CIFAR10.base_folder
-    folder.mkdir()
-    rng = np.random.default_rng(0)
-    for file_name, _ in tvd.CIFAR10.train_list + tvd.CIFAR10.test_list:
-        batch = {"data": rng.integers(0, 255, (40, 3072), dtype=np.uint8),
-                 "labels": [i % 10 for i in range(40)]}  # fmt: skip
-        (folder / file_name).write_bytes(pickle.dumps(batch))
-    (folder / tvd.CIFAR10.meta["filename"]).write_bytes(
-        pickle.dumps({"label_names": [f"c{i}" for i in range(10)]})
-    )
-    monkeypatch.setattr(tvd.CIFAR10, "_check_integrity", lambda self: True)
-    monkeypatch.setattr(tvd.cifar, "check_integrity", lambda *args, **kwargs: True)
-    import dataclasses
-
-    from solo_ext import facts
-
-    tiny = dataclasses.replace(facts.DATASETS["cifar10_lt"], images_per_class=20)
-    monkeypatch.setitem(facts.DATASETS, "cifar10_lt", tiny)  # 20 images a class
-    cfg = OmegaConf.create(
-        {
-            "data": {
-                "dataset": "cifar10_lt",
-                "train_path": str(tmp_path),
-                "format": "dali",
-                "imbalance_factor": 10,
-            }
-        }
-    )
-    fill_data_cfg(cfg)
+def read_by_name(sampler: str, batch_size: int, **data):
+    """The training set ``data`` names (format dali), its first epoch through a DALI loader
+    (whose labels are the set's own): the set, whether files were read, indexes, crops."""
+    cfg = fill_data_cfg(OmegaConf.create({"data": {**data, "format": "dali"}}))
     train = build_dataset(cfg.data, "train", None)
-    dl = loader(train, sampler_of("class_balanced", train.targets), batch_size=4)
-    assert not dl.reader.encoded
+    dl = loader(train, sampler_of(sampler, train.targets), batch_size=batch_size)
     indexes, labels, crops = read_epoch(dl, 0)
     assert labels == [train.targets[i] for i in indexes]
-    first = np.asarray(train[indexes[0]][0])
-    torch.testing.assert_close(crops[0][0], chw(first))
+    return train, dl.reader.encoded, indexes, torch.cat(crops)
+
+
+def test_cifar_lt_by_name_reads_the_arrays(tmp_path, monkeypatch):
+    root = cifar_folder(tmp_path, monkeypatch, "cifar10", [20] * 10, head=20)
+    data = {"dataset": "cifar10_lt", "train_path": root, "imbalance_factor": 10}
+    train, encoded, indexes, crops = read_by_name("class_balanced", 4, **data)
+    assert not encoded
+    torch.testing.assert_close(crops[0], chw(np.asarray(train[indexes[0]][0])))
 
 
 def test_split_file_dataset_by_name_reads_its_files(tmp_path):
-    from solo_ext.data.datasets import build_dataset, fill_data_cfg
-
-    pixels = image_folder(tmp_path / "train", [5, 3, 1])
+    pixels = write_images(tmp_path / "train", [5, 3, 1])
     lines = [f"train/class{c}/{i:03d}.png {c}" for c, n in enumerate([5, 3, 1]) for i in range(n)]
     (tmp_path / "ImageNet_LT_train.txt").write_text("\n".join(lines) + "\n")
     (tmp_path / "ImageNet_LT_test.txt").write_text("\n".join(lines) + "\n")
-    cfg = OmegaConf.create(
-        {"data": {"dataset": "imagenet_lt", "train_path": str(tmp_path), "num_classes": 3,
-                  "format": "dali"}}
-    )  # fmt: skip
-    fill_data_cfg(cfg)
-    train = build_dataset(cfg.data, "train", None)
-    dl = loader(train, sampler_of("class_balanced", train.targets), batch_size=3)
-    assert dl.reader.encoded
-    indexes, labels, crops = read_epoch(dl, 0)
-    assert labels == [train.targets[i] for i in indexes]
+    data = {"dataset": "imagenet_lt", "train_path": str(tmp_path), "num_classes": 3}
+    _, encoded, indexes, crops = read_by_name("class_balanced", 3, **data)
+    assert encoded
     for row, i in enumerate(indexes):
-        torch.testing.assert_close(torch.cat(crops)[row], chw(pixels[i]))
+        torch.testing.assert_close(crops[row], chw(pixels[i]))
 
 
 def test_custom_lt_by_name_reads_the_kept_files(tmp_path):
-    from solo_ext.data.datasets import build_dataset, fill_data_cfg
-
-    pixels = image_folder(tmp_path, [6, 6, 6])
-    cfg = OmegaConf.create(
-        {"data": {"dataset": "custom_lt", "train_path": str(tmp_path), "format": "dali",
-                  "num_classes": 3, "imbalance_factor": 6}}
-    )  # fmt: skip
-    fill_data_cfg(cfg)
-    train = build_dataset(cfg.data, "train", None)
-    assert train.class_counts == [6, 2, 1]
-    dl = loader(train, sampler_of("sqrt", train.targets), batch_size=3)
-    assert dl.reader.encoded
-    indexes, labels, crops = read_epoch(dl, 0)
-    assert labels == [train.targets[i] for i in indexes]
+    pixels = write_images(tmp_path, [6, 6, 6])
+    data = {"dataset": "custom_lt", "train_path": str(tmp_path), "num_classes": 3}
+    train, encoded, indexes, crops = read_by_name("sqrt", 3, **data, imbalance_factor=6)
+    assert train.class_counts == [6, 2, 1] and encoded
     for row, i in enumerate(indexes):  # the kept item's own file
-        torch.testing.assert_close(torch.cat(crops)[row], chw(pixels[train.indices[i]]))
+        torch.testing.assert_close(crops[row], chw(pixels[train.indices[i]]))
 
 
 # --- both commands, end to end ---------------------------------------------------------------
@@ -399,8 +343,6 @@ def test_a_resumed_run_reads_the_order_of_its_epoch(tmp_path, monkeypatch):
     (ckpt,) = Path(first["run_dir"]).glob("*.ckpt")
     read.clear()
     run(dali_cfg("scl", tmp_path / "b", max_epochs=2, resume_from_checkpoint=str(ckpt)))
-    from solo_ext.data.datasets import build_dataset
-
     cfg = first["model"].cfg
     targets = build_dataset(cfg.data, "train", None).targets
     s = build_sampler("class_balanced", targets, seed=cfg.seed, num_replicas=1, rank=0)
@@ -410,21 +352,21 @@ def test_a_resumed_run_reads_the_order_of_its_epoch(tmp_path, monkeypatch):
     assert [i for _, batch in read for i in batch] == want
 
 
-def test_dali_on_gpu_without_cuda_stops_in_one_line(tmp_path, monkeypatch):
+@pytest.mark.parametrize(
+    "device,off,message",
+    [
+        ("gpu", (torch.cuda, "is_available"), r"^dali.device='gpu': no CUDA device here"),
+        ("cpu", (dali, "dali_installed"), r"^data.format='dali': NVIDIA DALI is not installed"),
+    ],
+)
+def test_dali_on_gpu_without_cuda_or_not_installed_stops_in_one_line(
+    device, off, message, tmp_path, monkeypatch
+):
     from solo_ext.commands.pretrain import run
 
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(*off, lambda: False)
     cfg = dali_cfg("scl", tmp_path)
-    cfg.dali.device = "gpu"
-    with pytest.raises(ConfigError, match=r"^dali.device='gpu': no CUDA device here"):
+    cfg.dali.device = device
+    with pytest.raises(ConfigError, match=message):
         run(cfg)
-    assert not (tmp_path / "trained_models").exists()
-
-
-def test_dali_not_installed_stops_in_one_line(tmp_path, monkeypatch):
-    from solo_ext.commands.pretrain import run
-
-    monkeypatch.setattr(dali, "dali_installed", lambda: False)
-    with pytest.raises(ConfigError, match=r"^data.format='dali': NVIDIA DALI is not installed"):
-        run(dali_cfg("scl", tmp_path))
     assert not (tmp_path / "trained_models").exists()

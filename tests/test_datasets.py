@@ -2,58 +2,61 @@
 
 from __future__ import annotations
 
-import pickle
+import dataclasses
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from conftest import fake_cifar
 from omegaconf import OmegaConf
 from PIL import Image
 from torchvision import datasets as tvd
 
+from solo_ext import facts
 from solo_ext.commands.pretrain import run
 from solo_ext.config import ConfigError
 from solo_ext.data.datasets import build_dataset, fill_data_cfg
 from solo_ext.data.transforms import build_eval_transform
 
 
-def _fake_cifar(root: Path, name: str, n_per_file: int = 6) -> None:
-    """CIFAR's python pickles with random pixels (torchvision's layout, checksums skipped)."""
-    cls = tvd.CIFAR10 if name == "cifar10" else tvd.CIFAR100
-    folder = root / cls.base_folder
-    folder.mkdir(parents=True)
-    label_key = "labels" if name == "cifar10" else "fine_labels"
-    num_classes = 10 if name == "cifar10" else 100
-    rng = np.random.default_rng(0)
-    for file_name, _ in cls.train_list + cls.test_list:
-        batch = {
-            "data": rng.integers(0, 255, (n_per_file, 3072), dtype=np.uint8),
-            label_key: [i % num_classes for i in range(n_per_file)],
-        }
-        with open(folder / file_name, "wb") as f:
-            pickle.dump(batch, f)
-    meta_key = cls.meta["key"]
-    with open(folder / cls.meta["filename"], "wb") as f:
-        pickle.dump({meta_key: [f"c{i}" for i in range(10 if name == "cifar10" else 100)]}, f)
+def cifar_folder(root: Path, monkeypatch, name: str, counts: list[int], head: int = 0) -> str:
+    """conftest's CIFAR files (``counts[c]`` training images of class c, 2 test images a class),
+    torchvision's checksums skipped; ``head``: ``<name>_lt``'s full class size cut to it."""
+    fake_cifar(root, name, counts)
+    monkeypatch.setattr(tvd.CIFAR10, "_check_integrity", lambda self: True)
+    monkeypatch.setattr(tvd.cifar, "check_integrity", lambda *args, **kwargs: True)
+    if head:
+        tiny = dataclasses.replace(facts.DATASETS[f"{name}_lt"], images_per_class=head)
+        monkeypatch.setitem(facts.DATASETS, f"{name}_lt", tiny)
+    return str(root)
+
+
+def ldam_reference(targets, num_classes, n_max, imbalance_factor, seed=0) -> list[int]:
+    """LDAM-DRW's IMBALANCECIFAR selection, re-derived: numpy's global seed, then per class in
+    order a shuffle of its indices and the first floor(n_max * (1 / IF) ** (c / (C - 1)))."""
+    np.random.seed(seed)
+    targets = np.array(targets)
+    kept = []
+    for c in range(num_classes):
+        n = int(n_max * (1 / imbalance_factor) ** (c / (num_classes - 1.0)))
+        idx = np.where(targets == c)[0]
+        np.random.shuffle(idx)
+        kept.extend(idx[:n].tolist())
+    return kept
 
 
 @pytest.mark.parametrize("name,num_classes", [("cifar10", 10), ("cifar100", 100)])
 def test_cifar(name, num_classes, tmp_path, monkeypatch):
-    _fake_cifar(tmp_path, name)
-    monkeypatch.setattr(tvd.CIFAR10, "_check_integrity", lambda self: True)
-    monkeypatch.setattr(tvd.cifar, "check_integrity", lambda *args, **kwargs: True)
-    cfg = OmegaConf.create(
-        {"data": {"dataset": name, "train_path": str(tmp_path), "val_path": str(tmp_path)}}
-    )
+    root = cifar_folder(tmp_path, monkeypatch, name, [2] * num_classes)
+    cfg = OmegaConf.create({"data": {"dataset": name, "train_path": root, "val_path": root}})
     fill_data_cfg(cfg)
     assert cfg.data.num_classes == num_classes
     train = build_dataset(cfg.data, "train", None)
     val = build_dataset(cfg.data, "val", None)
-    n_train = len(tvd.CIFAR10.train_list if name == "cifar10" else tvd.CIFAR100.train_list)
-    assert len(train) == 6 * n_train and len(val) == 6
+    assert len(train) == len(val) == 2 * num_classes
     image, label = train[3]
-    assert image.size == (32, 32) and label == 3
+    assert image.size == (32, 32) and label == 1
 
 
 def test_cifar_missing_files_is_one_line(tmp_path):
@@ -62,16 +65,25 @@ def test_cifar_missing_files_is_one_line(tmp_path):
         fill_data_cfg(cfg)
 
 
+def write_images(root: Path, per_class: dict[str, int] | list[int], size: int = 8) -> list:
+    """Class folders of random PNG files (lossless): ``per_class[name]`` in folder ``name`` (a
+    list: folders ``class<c>``); returns the pixels in the order ImageFolder lists them."""
+    if isinstance(per_class, list):
+        per_class = {f"class{c}": n for c, n in enumerate(per_class)}
+    rng = np.random.default_rng(0)
+    pixels = []
+    for name, n in sorted(per_class.items()):
+        (root / name).mkdir(parents=True, exist_ok=True)
+        for i in range(n):
+            pixels.append(rng.integers(0, 256, (size, size, 3), dtype=np.uint8))
+            Image.fromarray(pixels[-1]).save(root / name / f"{i:03d}.png")
+    return pixels
+
+
 @pytest.fixture
 def image_folder(tmp_path) -> Path:
-    rng = np.random.default_rng(0)
-    for split, n in (("train", 6), ("val", 2)):
-        for c in range(3):
-            folder = tmp_path / split / f"class{c}"
-            folder.mkdir(parents=True)
-            for i in range(n):
-                pixels = rng.integers(0, 255, (40, 40, 3), dtype=np.uint8)
-                Image.fromarray(pixels).save(folder / f"{i}.png")
+    write_images(tmp_path / "train", [6, 6, 6], size=40)
+    write_images(tmp_path / "val", [2, 2, 2], size=40)
     return tmp_path
 
 

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from conftest import write_fashion_mnist
 from omegaconf import OmegaConf
+from test_datasets import ldam_reference
 
 from solo_ext.config import ConfigError
 from solo_ext.data.datasets import build_dataset, fill_data_cfg, long_tail_counts
@@ -55,21 +56,14 @@ def test_torchvisions_own_layout_is_found(tmp_path):
 
 
 def test_the_long_tailed_split_is_cifar_lts_rule(tmp_path):
-    """The kept training images are those of LDAM-DRW's IMBALANCECIFAR (the rule and seed of
-    cifar10_lt): per class in order, np.random.seed(seed) and a shuffle of its indices, the first
-    floor(n_max * (1 / IF) ** (c / (C - 1))); the test split stays whole and balanced."""
+    """The kept training images are those of LDAM-DRW's IMBALANCECIFAR (cifar10_lt's rule, written
+    out in ``ldam_reference``) for the seed given; the test split stays whole and balanced."""
     root = write_fashion_mnist(tmp_path / "fm")
     data = data_cfg(root, imbalance_factor=10, lt_n_max=30, lt_seed=3)
     train = build_dataset(data, "train", None)
     _, labels = raw_arrays(root, "train")
-    np.random.seed(3)  # written as the LDAM-DRW code does it, with numpy's global generator
-    want_counts, keep = [], []
-    for c in range(10):
-        n = int(30 * (1 / 10) ** (c / 9))
-        idx = np.where(labels == c)[0]
-        np.random.shuffle(idx)
-        keep += idx[:n].tolist()
-        want_counts.append(n)
+    keep = ldam_reference(labels, 10, 30, 10, seed=3)
+    want_counts = np.bincount(labels[keep], minlength=10).tolist()
     assert train.indices == keep
     assert train.train_class_counts == want_counts == long_tail_counts(data)
     val = build_dataset(data, "val", None)

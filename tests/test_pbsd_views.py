@@ -1,6 +1,7 @@
-"""PBSD's loader views against the published pipeline: boxes drawn in the query crop after its
-geometry (crop, flip) and before its colour; each patch is that crop's ``resized_crop`` at the
-box (bilinear), then its own augmentation; the query's colour never reaches the patches."""
+"""PBSD's loader views: boxes drawn in the query crop after its geometry (crop, flip); each patch
+is that crop's ``resized_crop`` at the box (bilinear), flipped with the query's flip probability.
+That the patches then get their own colour and never the query's: tests/test_transforms_published.py
+(``test_pbsd_patches_are_the_published_patches``)."""
 
 from __future__ import annotations
 
@@ -18,18 +19,13 @@ from solo_ext.facts import SYNTHETIC_STATS
 MEAN, STD = (torch.tensor(s).view(3, 1, 1) for s in SYNTHETIC_STATS)
 
 
-def _aug(flip: float, jitter: float = 0.0) -> dict:
+def _aug(flip: float) -> dict:
+    """Colour off."""
     return {
         "crop_size": 32,
         "num_crops": 1,
         "rrc": {"enabled": True, "crop_min_scale": 0.3, "crop_max_scale": 1.0},
-        "color_jitter": {
-            "prob": jitter,
-            "brightness": 0.8,
-            "contrast": 0.8,
-            "saturation": 0.8,
-            "hue": 0.2,
-        },
+        "color_jitter": {"prob": 0.0},
         "grayscale": {"prob": 0.0},
         "gaussian_blur": {"prob": 0.0},
         "horizontal_flip": {"prob": flip},
@@ -78,38 +74,10 @@ def test_patches_are_the_query_crops_resized_crops_at_the_boxes(flip):
         torch.testing.assert_close(patch, want, atol=1e-6, rtol=0)  # the crop is exact
 
 
-def test_the_query_colour_does_not_reach_the_patches():
-    """The same draws with and without the query's colour jitter: identical boxes and patches
-    (every geometric draw comes first, and the patches are cut before the query's colour)."""
-    plain = _views(_aug(0.5))
-    coloured = _views(_aug(0.5))
-    coloured.query_colour = T.Compose(
-        [T.ColorJitter(0.8, 0.8, 0.8, 0.2), T.ToTensor(), T.Normalize(*SYNTHETIC_STATS)]
-    )
-    torch.manual_seed(3)
-    q0, _, p0, b0 = plain(_image(1))
-    torch.manual_seed(3)
-    q1, _, p1, b1 = coloured(_image(1))
-    assert torch.equal(b0, b1) and torch.equal(p0, p1)
-    assert not torch.allclose(q0, q1)  # the query itself was coloured
-
-
-def test_patches_get_their_own_colour_augmentation():
-    """With the query's colour settings on, patches differ from the plain cuts of the crop."""
-    torch.manual_seed(1)
-    plain = _views(_aug(0.0))(_image(2))
-    torch.manual_seed(1)
-    jittered = _views(_aug(0.0, jitter=1.0))(_image(2))
-    assert torch.equal(plain[3], jittered[3])  # the same boxes
-    assert not torch.allclose(plain[2], jittered[2])
-
-
 def test_the_device_patches_read_the_query_entry_as_the_loader_does(monkeypatch):
     """PBSD's device path takes its colour settings from the query's augmentations entry the
     way the loader's views do: the declared defaults for what the entry leaves out, and
     solo-learn's ``gaussian_prob`` when ``gaussian_blur.prob`` is not given."""
-    from omegaconf import OmegaConf
-
     import solo_ext.methods.pbsd as pbsd
     from solo_ext.data.transforms import AUGMENTATION_OPTIONS, photometric_ops
 

@@ -53,18 +53,9 @@ def test_lt_counts_rejects_bad_arguments(kwargs, message):
 
 
 def test_shot_groups_boundaries_are_exact():
-    counts = [1000, 101, 100, 50, 20, 19, 0]
-    expected = ["many", "many", "medium", "medium", "medium", "few", "few"]
-    assert shot_groups(counts) == expected
-
-
-def test_shot_groups_custom_thresholds():
-    assert shot_groups([11, 10, 5, 4], many_threshold=10, few_threshold=5) == [
-        "many",
-        "medium",
-        "medium",
-        "few",
-    ]
+    counts = [1000, 101, 100, 50, 20, 19, 0]  # many above 100, few below 20 (the defaults)
+    assert shot_groups(counts) == ["many"] * 2 + ["medium"] * 3 + ["few"] * 2
+    assert shot_groups([11, 10, 5, 4], 10, 5) == ["many", "medium", "medium", "few"]
 
 
 def test_shot_groups_rejects_inverted_thresholds():

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from omegaconf import OmegaConf
-from PIL import Image
+from test_datasets import cifar_folder, ldam_reference, write_images
 
 from solo_ext.commands import make_lt
 from solo_ext.config import ConfigError
@@ -18,23 +18,14 @@ from solo_ext.data.longtail import lt_counts
 from solo_ext.data.lt_datasets import lt_indices, read_split_file, subsample_lt
 
 
+def data_cfg(**data):
+    return ds.fill_data_cfg(OmegaConf.create({"data": data})).data
+
+
 def _balanced_targets(num_classes: int, per_class: int, seed: int = 1) -> list[int]:
     targets = np.repeat(np.arange(num_classes), per_class)
     np.random.default_rng(seed).shuffle(targets)  # CIFAR's classes are interleaved
     return targets.tolist()
-
-
-def ldam_reference(targets, num_classes, n_max, imbalance_factor):
-    """LDAM-DRW's IMBALANCECIFAR selection, re-derived: global numpy seed 0, per-class shuffle."""
-    np.random.seed(0)
-    targets = np.array(targets)
-    kept = []
-    for c in range(num_classes):
-        n = int(n_max * (1 / imbalance_factor) ** (c / (num_classes - 1.0)))
-        idx = np.where(targets == c)[0]
-        np.random.shuffle(idx)
-        kept.extend(idx[:n].tolist())
-    return kept
 
 
 @pytest.mark.parametrize("num_classes,n_max", [(10, 5000), (100, 500)])
@@ -58,24 +49,10 @@ def test_kept_images_depend_on_seed_only():
 
 
 def test_cifar100_lt_builder_end_to_end(tmp_path, monkeypatch):
-    from test_datasets import _fake_cifar  # the tiny CIFAR pickles of the dataset tests
-    from torchvision import datasets as tvd
-
-    _fake_cifar(tmp_path, "cifar10", n_per_file=20)  # 100 train images, 10 per class
-    monkeypatch.setattr(tvd.CIFAR10, "_check_integrity", lambda self: True)
-    monkeypatch.setattr(tvd.cifar, "check_integrity", lambda *a, **k: True)
-    import dataclasses
-
-    from solo_ext import facts
-
-    tiny = dataclasses.replace(facts.DATASETS["cifar10_lt"], images_per_class=10)
-    monkeypatch.setitem(facts.DATASETS, "cifar10_lt", tiny)  # n_max 10 for tiny data
-    cfg = OmegaConf.create(
-        {"data": {"dataset": "cifar10_lt", "train_path": str(tmp_path), "imbalance_factor": 10}}
-    )
-    ds.fill_data_cfg(cfg)
-    train = ds.build_dataset(cfg.data, "train", None)
-    val = ds.build_dataset(cfg.data, "val", None)
+    root = cifar_folder(tmp_path, monkeypatch, "cifar10", [10] * 10, head=10)  # n_max 10
+    data = data_cfg(dataset="cifar10_lt", train_path=root, imbalance_factor=10)
+    train = ds.build_dataset(data, "train", None)
+    val = ds.build_dataset(data, "val", None)
     assert train.class_counts == lt_counts(10, 10, 10)
     assert val.train_class_counts == train.class_counts and len(val) == 20
     assert train.shot_groups == ["few"] * 10  # at most 10 images per class
@@ -83,19 +60,10 @@ def test_cifar100_lt_builder_end_to_end(tmp_path, monkeypatch):
     assert image.size == (32, 32) and label == train.targets[0]
 
 
-def _images(root: Path, per_class: dict[str, int]) -> None:
-    rng = np.random.default_rng(0)
-    for name, n in per_class.items():
-        (root / name).mkdir(parents=True, exist_ok=True)
-        for i in range(n):
-            pixels = rng.integers(0, 255, (8, 8, 3), dtype=np.uint8)
-            Image.fromarray(pixels).save(root / name / f"{i}.png")
-
-
 @pytest.fixture
 def split_root(tmp_path) -> Path:
-    _images(tmp_path / "train", {"a": 5, "b": 3, "c": 1})
-    _images(tmp_path / "val", {"a": 2, "b": 2, "c": 2})
+    write_images(tmp_path / "train", {"a": 5, "b": 3, "c": 1})
+    write_images(tmp_path / "val", {"a": 2, "b": 2, "c": 2})
     for split in ("train", "val"):
         lines = [
             f"{split}/{c}/{f.name} {i}"
@@ -109,20 +77,15 @@ def split_root(tmp_path) -> Path:
 
 
 def test_split_file_dataset(split_root):
-    cfg = OmegaConf.create(
-        {
-            "data": {
-                "dataset": "imagenet_lt",
-                "train_path": str(split_root),
-                "num_classes": 3,
-                "many_threshold": 4,
-                "few_threshold": 2,
-            }
-        }
+    data = data_cfg(
+        dataset="imagenet_lt",
+        train_path=str(split_root),
+        num_classes=3,
+        many_threshold=4,
+        few_threshold=2,
     )
-    ds.fill_data_cfg(cfg)
-    train = ds.build_dataset(cfg.data, "train", None)
-    val = ds.build_dataset(cfg.data, "val", None)
+    train = ds.build_dataset(data, "train", None)
+    val = ds.build_dataset(data, "val", None)
     assert train.class_counts == [5, 3, 1] and val.class_counts == [2, 2, 2]
     assert val.train_class_counts == [5, 3, 1]
     assert train.shot_groups == ["many", "medium", "few"]
@@ -133,14 +96,14 @@ def test_split_file_dataset(split_root):
 @pytest.mark.parametrize(
     "line,message",
     [
-        ("train/a/0.png", "expected 'relative/path label'"),
-        ("train/a/0.png x", "expected 'relative/path label'"),
-        ("train/a/0.png 7", "label 7 not in [0, 2]"),
+        ("train/a/000.png", "expected 'relative/path label'"),
+        ("train/a/000.png x", "expected 'relative/path label'"),
+        ("train/a/000.png 7", "label 7 not in [0, 2]"),
     ],
 )
 def test_split_file_errors_name_file_and_line(split_root, line, message):
     path = split_root / "bad.txt"
-    path.write_text(f"train/a/1.png 0\n{line}\n")
+    path.write_text(f"train/a/001.png 0\n{line}\n")
     with pytest.raises(ConfigError) as info:
         read_split_file(path, split_root, 3, "data.train_split_file")
     assert str(info.value).startswith(f"{path}:2: ") and message in str(info.value)
@@ -148,54 +111,33 @@ def test_split_file_errors_name_file_and_line(split_root, line, message):
 
 
 def test_missing_split_file(split_root):
-    cfg = OmegaConf.create({"data": {"dataset": "places_lt", "train_path": str(split_root)}})
     with pytest.raises(ConfigError, match=r"data.train_split_file='.*Places_LT_train.txt': no"):
-        ds.fill_data_cfg(cfg)
+        data_cfg(dataset="places_lt", train_path=str(split_root))
 
 
 @pytest.fixture
 def folder(tmp_path) -> Path:
-    _images(tmp_path / "src" / "train", {"cat": 10, "dog": 12, "eel": 10})
-    _images(tmp_path / "src" / "val", {"cat": 3, "dog": 3, "eel": 3})
+    write_images(tmp_path / "src" / "train", {"cat": 10, "dog": 12, "eel": 10})
+    write_images(tmp_path / "src" / "val", {"cat": 3, "dog": 3, "eel": 3})
     return tmp_path / "src"
 
 
 def test_custom_lt(folder):
-    cfg = OmegaConf.create(
-        {
-            "data": {
-                "dataset": "custom_lt",
-                "train_path": str(folder / "train"),
-                "val_path": str(folder / "val"),
-                "imbalance_factor": 5,
-            }
-        }
-    )
-    ds.fill_data_cfg(cfg)
-    train = ds.build_dataset(cfg.data, "train", None)
+    train, val = str(folder / "train"), str(folder / "val")
+    data = data_cfg(dataset="custom_lt", train_path=train, val_path=val, imbalance_factor=5)
+    train = ds.build_dataset(data, "train", None)
     assert train.class_counts == lt_counts(10, 3, 5) == [10, 4, 2]  # n_max = smallest class
-    assert ds.build_dataset(cfg.data, "val", None).train_class_counts == [10, 4, 2]
-    cfg.data.lt_n_max = 11
+    assert ds.build_dataset(data, "val", None).train_class_counts == [10, 4, 2]
+    data.lt_n_max = 11
     with pytest.raises(ConfigError, match="data.lt_n_max=11: class 'cat' has 10 images"):
-        ds.build_dataset(cfg.data, "train", None)
+        ds.build_dataset(data, "train", None)
 
 
 def test_make_lt_links_and_counts(folder, tmp_path):
     out = tmp_path / "lt"
-    summary = make_lt.run(
-        [
-            "--dataset",
-            "custom_lt",
-            "--train_path",
-            str(folder / "train"),
-            "--val_path",
-            str(folder / "val"),
-            "--imbalance_factor",
-            "5",
-            "--out",
-            str(out),
-        ]
-    )
+    train, val = str(folder / "train"), str(folder / "val")
+    argv = ["--dataset", "custom_lt", "--imbalance_factor", "5", "--out", str(out)]
+    summary = make_lt.run([*argv, "--train_path", train, "--val_path", val])
     assert summary["train_counts"] == [10, 4, 2] and summary["val_counts"] == [3, 3, 3]
     assert json.loads((out / "counts.json").read_text())["train_counts"] == [10, 4, 2]
     linked = sorted((out / "train").rglob("*.png"))
@@ -207,18 +149,8 @@ def test_make_lt_links_and_counts(folder, tmp_path):
 
 def test_make_lt_synthetic_writes_png_and_refuses_non_empty_out(tmp_path, capsys):
     out = tmp_path / "syn"
-    summary = make_lt.run(
-        [
-            "--dataset",
-            "synthetic_lt",
-            "--num_classes",
-            "4",
-            "--imbalance_factor",
-            "4",
-            "--out",
-            str(out),
-        ]
-    )
+    argv = ["--dataset", "synthetic_lt", "--num_classes", "4", "--imbalance_factor", "4"]
+    summary = make_lt.run([*argv, "--out", str(out)])
     assert summary["train_counts"] == lt_counts(200, 4, 4)
     assert len(list((out / "val").rglob("*.png"))) == 4 * 20
     before = sorted(p.relative_to(out) for p in out.rglob("*"))

@@ -75,13 +75,7 @@ def test_class_combinations_are_distinct_and_named(train):
 
 def test_every_part_is_shared_by_at_least_two_classes(train):
     # Per slot, so no single cue (e.g. the main colour) identifies a class.
-    vocab = {
-        "colour": COLOURS,
-        "shape": SHAPES,
-        "texture": TEXTURES,
-        "colour2": COLOURS,
-        "shape2": SHAPES,
-    }
+    vocab = dict(colour=COLOURS, shape=SHAPES, texture=TEXTURES, colour2=COLOURS, shape2=SHAPES)
     for field, values in vocab.items():
         used = Counter(getattr(r, field) for r in train.recipes)
         assert set(used) == set(values), field
