@@ -3,6 +3,7 @@ names the key or file and the value, and leaves the checkpoint directory as it w
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -10,7 +11,7 @@ from conftest import eval_cfg, tiny_cfg
 from PIL import Image
 
 from solo_ext.commands import knn
-from solo_ext.commands.pretrain import run
+from solo_ext.commands.pretrain import parse_cfg, run
 from solo_ext.config import ConfigError
 
 
@@ -194,40 +195,30 @@ def trained_run(tmp_path_factory) -> Path:
 
 
 @pytest.mark.parametrize(
-    "key,value,text",
+    "given,text",
     [
-        ("backbone.name", "resnet50", "backbone.name='resnet50': the checkpoint"),
-        ("method", "dscl", "method='dscl': the checkpoint"),
+        ({"backbone.name": "resnet50"}, "backbone.name='resnet50': the checkpoint"),
+        ({"method": "dscl"}, "method='dscl': the checkpoint"),
+        ({}, None),  # the run's checkpoint truncated
     ],
 )
-def test_evaluation_rejects_a_checkpoint_of_another_kind(trained_run, key, value, text):
-    before = _listing(trained_run)
+def test_evaluation_refuses_a_checkpoint_it_cannot_read(trained_run, tmp_path, given, text):
+    """Of another kind than the config names, or truncated: one line, the run left as it was."""
+    run_dir = tmp_path / trained_run.name
+    shutil.copytree(trained_run, run_dir)
+    (ckpt,) = run_dir.glob("*.ckpt")
+    if text is None:
+        ckpt.write_bytes(ckpt.read_bytes()[:4096])
+        text = f"pretrained_checkpoint_dir={str(ckpt)!r}: not a readable checkpoint"
+    before = _listing(run_dir)
     with pytest.raises(ConfigError) as info:
-        knn.run(eval_cfg("knn", trained_run, **{key: value}))
-    assert text in str(info.value) and "\n" not in str(info.value)
-    assert _listing(trained_run) == before
+        knn.run(eval_cfg("knn", run_dir, **given))
+    assert str(info.value).startswith(text) and "\n" not in str(info.value), str(info.value)
+    assert _listing(run_dir) == before
 
 
 def test_unknown_top_level_key_warns(make_cfg):
-    from solo_ext.commands.pretrain import parse_cfg
-
     with pytest.warns(
         UserWarning, match="'max_epoch' is not used by solo-ext .did you mean 'max_epochs'"
     ):
         parse_cfg(make_cfg("scl", max_epoch=3))
-
-
-def test_evaluation_stops_at_a_truncated_checkpoint(trained_run, tmp_path):
-    import shutil
-
-    run_dir = tmp_path / trained_run.name
-    shutil.copytree(trained_run, run_dir)
-    (ckpt,) = run_dir.glob("*.ckpt")
-    ckpt.write_bytes(ckpt.read_bytes()[:4096])
-    before = _listing(run_dir)
-    with pytest.raises(ConfigError) as info:
-        knn.run(eval_cfg("knn", run_dir))
-    message = str(info.value)
-    assert message.startswith(f"pretrained_checkpoint_dir={str(ckpt)!r}: not a readable checkpoint")
-    assert "\n" not in message
-    assert _listing(run_dir) == before

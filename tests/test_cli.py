@@ -3,6 +3,7 @@ then the kNN and linear evaluations of the checkpoint it wrote."""
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import shutil
@@ -85,10 +86,9 @@ def test_the_run_records_its_recipe_and_the_leaderboard_flags_what_differs(
 
     args = read_args(pretrained_run)
     config = args["environment"]["config"]
-    assert config["recipe"] == "pretrain/synthetic-lt/pbsd", config
-    assert config["file"].endswith("synthetic-lt/pbsd.yaml")
-    run = read_run(pretrained_run, args, [])
     recipe = "pretrain/synthetic-lt/pbsd"
+    assert config["recipe"] == recipe and config["file"].endswith("synthetic-lt/pbsd.yaml"), config
+    run = read_run(pretrained_run, args, [])
     assert recipe_differences(run) == [
         f"per-GPU batch=8 ({recipe}: 64)",
         f"method_kwargs.proj_hidden_dim=32 ({recipe}: 512)",
@@ -106,29 +106,21 @@ def test_the_run_records_its_recipe_and_the_leaderboard_flags_what_differs(
     assert f"optimizer.lr per 256 images=0.8 ({recipe}: 0.4)" in found
 
 
-def test_knn_cli(pretrained_run, command):
-    from solo_ext.commands.knn import main
-
-    argv = [f"pretrained_checkpoint_dir={pretrained_run}", "k=5"]
-    code, out, err = command(main, "solo-ext-knn", *argv, cwd=pretrained_run)
-    assert code == 0, err[-3000:]
-    assert "kNN (k=5, cosine) on synthetic_lt val: acc@1" in out
-    assert json.loads((pretrained_run / "metrics.json").read_text())["knn_k"] == 5
-
-
-def test_knn_cli_scores_several_k_on_the_same_features(pretrained_run, command):
+def test_knn_cli_scores_one_k_or_several_on_the_same_features(pretrained_run, command):
     """``k`` as a list: the first under ``knn_``, each further one under ``knn_k<k>_`` (keys
     and per-class files), each what a run of that k alone reports."""
     from solo_ext.commands.knn import main
 
-    def knn(k: str) -> dict:
+    def knn(k: str) -> tuple[str, dict]:
         argv = [f"pretrained_checkpoint_dir={pretrained_run}", f"k={k}"]
-        code, _, err = command(main, "solo-ext-knn", *argv, cwd=pretrained_run)
+        code, out, err = command(main, "solo-ext-knn", *argv, cwd=pretrained_run)
         assert code == 0, err[-3000:]
-        return json.loads((pretrained_run / "metrics.json").read_text())
+        return out, json.loads((pretrained_run / "metrics.json").read_text())
 
-    alone = {k: knn(str(k)) for k in (5, 3)}
-    both = knn("[5,3]")
+    out, five = knn("5")
+    assert "kNN (k=5, cosine) on synthetic_lt val: acc@1" in out and five["knn_k"] == 5
+    alone = {5: five, 3: knn("3")[1]}
+    both = knn("[5,3]")[1]
     assert (both["knn_k"], both["knn_k3_k"]) == (5, 3)
     for group in ("acc1", "acc1_many", "acc1_medium", "acc1_few", "acc5"):
         assert both[f"knn_{group}"] == alone[5][f"knn_{group}"]
@@ -212,14 +204,6 @@ def test_hydras_quiet_settings_stand_beside_the_overrides(argv):
     assert [a for a in out if a not in added] == ["prog", *argv]
 
 
-def test_cfg_job_after_the_overrides(tmp_path, command):
-    from solo_ext.commands.pretrain import main
-
-    argv = ["--config-name", "synthetic-lt/scl", "seed=7", "--cfg", "job"]
-    code, out, _ = command(main, "solo-ext-pretrain", *argv, cwd=tmp_path)
-    assert code == 0 and "seed: 7" in out and list(tmp_path.iterdir()) == []
-
-
 def test_a_config_name_or_method_kwargs_typo_says_what_to_type(tmp_path, command):
     """A recipe name that is none: one line with the closest names and the recipes' folder. An
     evaluation config named by the run's method (``<dataset>/<method>``) is the data set's one
@@ -249,14 +233,6 @@ def test_a_config_name_or_method_kwargs_typo_says_what_to_type(tmp_path, command
         shown = compose_config(prog.split("-")[-1], f"cifar100-lt/{own}")
         assert code == 0 and yaml.safe_load(out) == OmegaConf.to_container(shown), prog
     assert list(tmp_path.iterdir()) == []
-
-
-# what solo-ext-pretrain says when it is started without a recipe
-NO_RECIPE = (
-    "solo-ext-pretrain: error: no recipe given (method is missing from the config): pass "
-    "--config-name <dataset>/<method>, e.g. --config-name cifar100-lt/dscl (solo-ext-pretrain "
-    "--help lists the recipes)"
-)
 
 
 @pytest.mark.parametrize(
@@ -289,7 +265,6 @@ def test_help_names_the_command_and_how_to_pick_a_recipe(name, kind, example, tm
         for folder in folders:
             names = sorted(p.stem for p in folder.glob("*.yaml"))
             assert f"\n  {folder.name}: {', '.join(names)}\n" in out
-        assert "/".join(example.split("/")) in out
     assert list(tmp_path.iterdir()) == []
 
 
@@ -315,8 +290,9 @@ def test_pretrain_without_a_recipe_says_what_to_pass(argv, why, tmp_path, comman
     from solo_ext.commands import mains
 
     code, out, err = command(mains.pretrain, "solo-ext-pretrain", *argv, cwd=tmp_path)
-    assert code == 2 and out == ""
-    assert err == NO_RECIPE.replace("(method is missing from the config)", f"({why})") + "\n"
+    assert code == 2 and out == "" and err.count("\n") == 1, err
+    assert err.startswith(f"solo-ext-pretrain: error: no recipe given ({why}): pass "), err
+    assert "--config-name <dataset>/<method>, e.g. --config-name cifar100-lt/dscl" in err
     assert list(tmp_path.iterdir()) == []
 
 
@@ -341,8 +317,6 @@ def test_every_console_script_is_its_commands_main():
         assert scripts[name].load() is main, name
         assert Path(sys.executable).with_name(name).exists(), f"{name} is not installed"
     # python -m solo_ext.<command>: the same main (tests/test_ddp_runs.py runs the pretrain one)
-    import importlib
-
     for command in ("pretrain", "linear", "knn", "make_lt", "dense_probe"):
         module = importlib.import_module(f"solo_ext.{command}")
         assert module.main is importlib.import_module(f"solo_ext.commands.{command}").main
@@ -352,73 +326,50 @@ def test_help_cfg_job_and_a_refused_value_answer_before_the_training_stack(tmp_p
     """``--help``, ``--cfg job`` and a value the early checks refuse are answered without
     importing torch, Lightning, torchmetrics, the host or the methods (a second or so, not the
     seconds of Lightning's import): the same answers as once the stack is imported."""
+    scl = ["--config-name", "synthetic-lt/scl"]
+    dir_x = "pretrained_checkpoint_dir=x"
+    missing = "pretrained_checkpoint_dir is missing"
+    # (command, argv, None or the key and value its one-line refusal names)
     cases = [
-        ("pretrain", ["--config-name", "synthetic-lt/scl", "optimizer.lr=-1"]),
-        ("pretrain", ["--config-name", "synthetic-lt/scl", "max_epochs=0"]),
-        ("pretrain", ["--config-name", "synthetic-lt/scl", "~optimizer.lr"]),
-        ("pretrain", ["--config-name", "synthetic-lt/pbsd", "--cfg", "job"]),
-        ("pretrain", ["--help"]),
-        ("knn", ["pretrained_checkpoint_dir=x", "k=0"]),
-        ("knn", ["--cfg", "job"]),
-        ("linear", ["--help"]),
-        ("linear", ["--cfg", "job"]),
-        ("linear", ["pretrained_checkpoint_dir=x", "scheduler.lr_decay_steps=[3,2]"]),
-        ("linear", ["pretrained_checkpoint_dir=x", "scheduler.name=step"]),
-        ("linear", ["pretrained_checkpoint_dir=x", "+dali.devic=cpu"]),
-        ("linear", ["pretrained_checkpoint_dir=x", "classifier_init=zeros"]),
-        ("linear", ["pretrained_checkpoint_dir=x", "classifier_stage=crt2"]),
-        ("dense_probe", ["--cfg", "job"]),
-        ("dense_probe", ["pretrained_checkpoint_dir=x", "num_plot=-1"]),
-        ("pretrain", ["--config-name", "synthetic-lt/scl", "data.num_workers=-1"]),
-        ("knn", ["pretrained_checkpoint_dir=x", "+data.bad_images=no"]),
+        ("pretrain", [*scl, "optimizer.lr=-1"], "optimizer.lr=-1"),
+        ("pretrain", [*scl, "max_epochs=0"], "max_epochs=0"),
+        ("pretrain", [*scl, "~optimizer.lr"], "optimizer.lr is missing"),
+        ("pretrain", ["--config-name", "synthetic-lt/pbsd", "--cfg", "job"], None),
+        ("pretrain", ["--help"], None),
+        ("knn", [dir_x, "k=0"], "k=0"),
+        ("knn", ["--cfg", "job"], None),
+        ("linear", ["--help"], None),
+        ("linear", ["--cfg", "job"], None),
+        ("linear", [dir_x, "scheduler.lr_decay_steps=[3,2]"], "scheduler.lr_decay_steps=[3, 2]"),
+        ("linear", [dir_x, "scheduler.name=step"], "scheduler.lr_decay_steps is missing"),
+        ("linear", [dir_x, "+dali.devic=cpu"], "dali.devic='cpu'"),
+        ("linear", [dir_x, "classifier_init=zeros"], "classifier_init='zeros'"),
+        ("linear", [dir_x, "classifier_stage=crt2"], "classifier_stage='crt2'"),
+        ("dense_probe", ["--cfg", "job"], None),
+        ("dense_probe", [dir_x, "num_plot=-1"], "num_plot=-1"),
+        ("pretrain", [*scl, "data.num_workers=-1"], "data.num_workers=-1"),
+        ("knn", [dir_x, "+data.bad_images=no"], "data.bad_images='no'"),
         # no run named (a recipe's pretrained_feature_extractor left at ???), or two
-        ("knn", []),
-        ("linear", ["--config-name", "synthetic-lt/dscl"]),
-        ("dense_probe", ["num_plot=1"]),
+        ("knn", [], missing),
+        ("linear", ["--config-name", "synthetic-lt/dscl"], missing),
+        ("dense_probe", ["num_plot=1"], missing),
         (
             "linear",
-            [
-                "--config-name",
-                "dscl",
-                "pretrained_checkpoint_dir=a",
-                "max_epochs=1",
-                "pretrained_feature_extractor=b",
-            ],
+            ["--config-name", "dscl", "pretrained_checkpoint_dir=a", "max_epochs=1"]
+            + ["pretrained_feature_extractor=b"],
+            "pretrained_checkpoint_dir='a' and pretrained_feature_extractor='b'",
         ),
-        ("knn", ["--help"]),
-        ("dense_probe", ["--help"]),
-        ("pretrain", []),  # no recipe
+        ("knn", ["--help"], None),
+        ("dense_probe", ["--help"], None),
+        ("pretrain", [], "no recipe given"),
     ]
-    done = mains_in_one_process([(str(i), c, tmp_path, a) for i, (c, a) in enumerate(cases)])
-    for i, (name, argv) in enumerate(cases):
-        code, imported, _, _ = done[str(i)]
+    done = mains_in_one_process([(str(i), c, tmp_path, a) for i, (c, a, _) in enumerate(cases)])
+    for i, (name, argv, named) in enumerate(cases):
+        code, imported, _, err = done[str(i)]
         assert imported == [], (name, argv, imported)
-        refused = "--help" not in argv and "--cfg" not in argv
-        assert code == (2 if refused else 0), (name, argv, code)
-    # each refusal: one line, "<command>: error: " and the key with the value it names
-    named = {
-        0: "optimizer.lr=-1",
-        1: "max_epochs=0",
-        2: "optimizer.lr is missing",
-        5: "k=0",
-        9: "scheduler.lr_decay_steps=[3, 2]",
-        10: "scheduler.lr_decay_steps is missing",
-        11: "dali.devic='cpu'",
-        12: "classifier_init='zeros'",
-        13: "classifier_stage='crt2'",
-        15: "num_plot=-1",
-        16: "data.num_workers=-1",
-        17: "data.bad_images='no'",
-        18: "pretrained_checkpoint_dir is missing",
-        19: "pretrained_checkpoint_dir is missing",
-        20: "pretrained_checkpoint_dir is missing",
-        21: "pretrained_checkpoint_dir='a' and pretrained_feature_extractor='b'",
-        24: "no recipe given",
-    }
-    refused = {int(i): e for i, (code, _, _, e) in done.items() if code == 2}
-    assert sorted(refused) == sorted(named)
-    for i, err in refused.items():
-        prog = "solo-ext-" + cases[i][0].replace("_", "-")
-        assert "\n" not in err.strip() and err.startswith(f"{prog}: error: {named[i]}"), err
-    assert "'device'" in refused[11]  # the closest key
+        assert code == (0 if named is None else 2), (name, argv, code)
+        if named is not None:  # one line, "<command>: error: " and the key with the value
+            prog = "solo-ext-" + name.replace("_", "-")
+            assert "\n" not in err.strip() and err.startswith(f"{prog}: error: {named}"), err
+    assert "'device'" in done["11"][3]  # the closest key
     assert "method: pbsd" in done["3"][2] and list(tmp_path.iterdir()) == []

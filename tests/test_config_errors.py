@@ -28,17 +28,14 @@ def test_cli_prints_one_line_and_writes_nothing(tmp_path, command):
     ckpt_dir = tmp_path / "trained_models"
     ckpt_dir.mkdir()
     (ckpt_dir / "keep.txt").write_text("earlier work")
-    code, _, err = command(
-        main,
-        "solo-ext-pretrain",
+    recipe = [
         "--config-path",
         str(ROOT / "scripts/pretrain/synthetic-lt"),
         "--config-name",
         "scl.yaml",
-        "backbone.name=resnet7",
-        f"checkpoint.dir={ckpt_dir}",
-        cwd=tmp_path,
-    )
+    ]
+    argv = [*recipe, "backbone.name=resnet7", f"checkpoint.dir={ckpt_dir}"]
+    code, _, err = command(main, "solo-ext-pretrain", *argv, cwd=tmp_path)
     assert code == 2
     lines = [line for line in err.splitlines() if line.strip()]
     assert lines == [lines[-1]] and "backbone.name='resnet7'" in lines[-1], err

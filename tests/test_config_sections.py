@@ -91,6 +91,7 @@ LINEAR_DEFAULTS = {
         "wandb.offline", "seed", "num_nodes",
     )
 }  # fmt: skip
+DEFAULTS = {"pretrain": PRETRAIN_DEFAULTS, "linear": LINEAR_DEFAULTS}
 # a null data path is an absent one (synthetic_lt's data is generated)
 NULL_PATHS = {"data.train_path": None, "data.val_path": None}
 
@@ -167,31 +168,19 @@ def test_kept_key_lists_are_solo_learns():
 # --- every section and key ------------------------------------------------------------------
 
 
-def composed_keys(kind: str, name: str) -> tuple[set[str], dict]:
-    raw = OmegaConf.to_container(compose_config(kind, name))
-    raw.pop("hydra", None)
-    return key_paths(raw), raw
-
-
 def is_momentum_method(method: str) -> bool:
     register()
     return issubclass(METHODS[method], BaseMomentumMethod)
 
 
-@pytest.mark.parametrize("name", configs("pretrain"))
-def test_pretrain_config_holds_solo_learns_keys(name):
-    have, raw = composed_keys("pretrain", name)
-    want = set(solo_learn_keys("pretrain")) | set(PRETRAIN_DEFAULTS)
-    if not is_momentum_method(raw["method"]):
+@pytest.mark.parametrize("kind,name", [(k, n) for k in ("pretrain", "linear") for n in configs(k)])
+def test_config_holds_solo_learns_keys(kind, name):
+    raw = OmegaConf.to_container(compose_config(kind, name))
+    raw.pop("hydra", None)
+    have = key_paths(raw)
+    want = set(solo_learn_keys(kind)) | set(DEFAULTS[kind])
+    if kind == "pretrain" and not is_momentum_method(raw["method"]):
         want -= {"momentum.base_tau", "momentum.final_tau"}
-    want |= {f"optimizer.kwargs.{k}" for k in OPTIMIZER_DEFAULTS[raw["optimizer"]["name"]]}
-    assert not want - have, f"{name}: no {sorted(want - have)}"
-
-
-@pytest.mark.parametrize("name", configs("linear"))
-def test_linear_config_holds_solo_learns_keys(name):
-    have, raw = composed_keys("linear", name)
-    want = set(solo_learn_keys("linear")) | set(LINEAR_DEFAULTS)
     want |= {f"optimizer.kwargs.{k}" for k in OPTIMIZER_DEFAULTS[raw["optimizer"]["name"]]}
     assert not want - have, f"{name}: no {sorted(want - have)}"
 
@@ -200,8 +189,7 @@ def test_linear_config_holds_solo_learns_keys(name):
 def test_keys_solo_learns_configs_lack_hold_its_defaults(kind):
     """The keys held only for their overrides (solo-learn's configs have none of them) are at
     solo-learn's defaults in every shipped config: no recipe sets them."""
-    defaults = PRETRAIN_DEFAULTS if kind == "pretrain" else LINEAR_DEFAULTS
-    extra = {k: v for k, v in defaults.items() if k not in solo_learn_keys(kind)}
+    extra = {k: v for k, v in DEFAULTS[kind].items() if k not in solo_learn_keys(kind)}
     assert extra  # (auto_resume.max_hours, checkpoint.keep_prev, wandb.offline, ...)
     for name in configs(kind):
         cfg = compose_config(kind, name)
@@ -236,6 +224,22 @@ def paths_for(dataset: str, tmp_path: Path) -> tuple[list[str], str, str]:
     return rest, train, given.get("data.val_path", train)
 
 
+# solo-learn's plain overrides of keys both kinds of config hold, with the values they set
+PLAIN = {
+    "auto_resume.enabled": True,
+    "auto_resume.max_hours": 12,
+    "optimizer.kwargs.momentum": 0.95,
+    "checkpoint.dir": "elsewhere",
+    "checkpoint.keep_prev": True,
+    "wandb.enabled": True,
+    "wandb.entity": "me",
+    "wandb.project": "lt",
+    "wandb.offline": True,
+    "performance.disable_channel_last": True,
+    "seed": 7,
+}
+
+
 def plain_pretrain(cfg_name: str, tmp_path: Path) -> tuple[list[str], dict]:
     """solo-learn's plain overrides, for a pretraining config, with the values they set."""
     raw = compose_config("pretrain", cfg_name)
@@ -243,23 +247,14 @@ def plain_pretrain(cfg_name: str, tmp_path: Path) -> tuple[list[str], dict]:
     ckpt = tmp_path / "last.ckpt"
     ckpt.touch()
     values = {
-        "auto_resume.enabled": True,
-        "auto_resume.max_hours": 12,
-        "optimizer.kwargs.momentum": 0.95,
+        **PLAIN,
         "data.train_path": train,
         "data.val_path": val,
         "checkpoint.dir": str(tmp_path / "runs"),
         "checkpoint.frequency": 2,
-        "checkpoint.keep_prev": True,
-        "wandb.enabled": True,
-        "wandb.entity": "me",
-        "wandb.project": "lt",
-        "wandb.offline": True,
         "dali.device": "cpu",
-        "performance.disable_channel_last": True,
         "debug_augmentations": True,
         "resume_from_checkpoint": str(ckpt),
-        "seed": 7,
         "scheduler.warmup_epochs": 2,
         "scheduler.min_lr": 0.001,
     }
@@ -273,10 +268,27 @@ def assert_values(cfg, values: dict) -> None:
         assert OmegaConf.select(cfg, key) == value, key
 
 
+def solo_learn_pretrain(cfg):
+    """solo-learn's parse_cfg, then the method's defaults as its model fills them."""
+    from solo.args.pretrain import parse_cfg as solo_parse_cfg
+
+    cfg = solo_parse_cfg(cfg)
+    return register()[cfg.method].add_and_assert_specific_cfg(cfg)  # (scheduler, performance)
+
+
+# solo-ext-pretrain's parse_cfg and, with the real solo-learn, main_pretrain.py's
+PRETRAIN_ENTRIES = [
+    pytest.param(parse_cfg, id="solo-ext-pretrain"),
+    pytest.param(solo_learn_pretrain, id="main_pretrain.py", marks=pytest.mark.solo_learn),
+]
+
+
+@pytest.mark.parametrize("entry", PRETRAIN_ENTRIES)
 @pytest.mark.parametrize("name", configs("pretrain"))
-def test_plain_overrides_reach_solo_ext_pretrain(name, tmp_path):
+def test_plain_overrides_reach_pretraining(name, entry, tmp_path):
     overrides, values = plain_pretrain(name, tmp_path)
-    cfg = parse_cfg(compose_config("pretrain", name, overrides))
+    cfg = entry(compose_config("pretrain", name, CPU + overrides))
+    assert cfg.method == {"gpaco": "paco"}.get(Path(name).name, Path(name).name)
     assert_values(cfg, values)
 
 
@@ -292,25 +304,10 @@ def stop_at_the_run(monkeypatch):
     monkeypatch.setattr(runs, "load_run", load_run)
 
 
-PLAIN_LINEAR = {
-    "auto_resume.enabled": True,
-    "auto_resume.max_hours": 12,
-    "optimizer.kwargs.momentum": 0.95,
-    "checkpoint.dir": "elsewhere",
-    "checkpoint.keep_prev": True,
-    "wandb.enabled": True,
-    "wandb.entity": "me",
-    "wandb.project": "lt",
-    "wandb.offline": True,
-    "performance.disable_channel_last": True,
-    "seed": 7,
-}
-
-
 def plain_linear(name: str, tmp_path: Path) -> tuple[list[str], dict]:
     rest, train, val = paths_for(compose_config("linear", name).data.dataset, tmp_path)
     ckpt = stand_in_checkpoint(tmp_path)
-    values = {**PLAIN_LINEAR, "data.train_path": train, "data.val_path": val}
+    values = {**PLAIN, "data.train_path": train, "data.val_path": val}
     overrides = rest + [f"{k}={v}" for k, v in values.items()]
     return overrides + [f"pretrained_feature_extractor={ckpt}"], values
 
@@ -354,22 +351,7 @@ def test_knn_configs_null_paths_are_the_runs(given, tmp_path, monkeypatch):
     assert (pre_cfg.data.train_path, pre_cfg.data.val_path) == (f"{where}/train", f"{where}/val")
 
 
-needs_solo = pytest.mark.solo_learn
-
-
-@needs_solo
-@pytest.mark.parametrize("name", configs("pretrain"))
-def test_plain_overrides_reach_solo_learns_parse_cfg(name, tmp_path):
-    from solo.args.pretrain import parse_cfg as solo_parse_cfg
-
-    overrides, values = plain_pretrain(name, tmp_path)
-    cfg = solo_parse_cfg(compose_config("pretrain", name, CPU + overrides))
-    assert cfg.method == {"gpaco": "paco"}.get(Path(name).name, Path(name).name)
-    register()[cfg.method].add_and_assert_specific_cfg(cfg)  # (scheduler, performance)
-    assert_values(cfg, values)
-
-
-@needs_solo
+@pytest.mark.solo_learn
 @pytest.mark.parametrize("name", configs("linear"))
 def test_plain_overrides_reach_solo_learns_linear_parse_cfg(name, tmp_path):
     from solo.args.linear import parse_cfg as solo_parse_cfg
@@ -433,41 +415,29 @@ def with_and_without_defaults(kind: str, name: str, overrides: list[str], entry)
     return OmegaConf.to_container(full), OmegaConf.to_container(stripped), gone, not_filled
 
 
+@pytest.mark.parametrize("entry", PRETRAIN_ENTRIES)
 @pytest.mark.parametrize("name", configs("pretrain"))
-def test_keys_at_defaults_change_nothing_in_solo_ext_pretrain(name, tmp_path):
-    dataset = compose_config("pretrain", name).data.dataset
-    full, stripped, gone, _ = with_and_without_defaults(
-        "pretrain", name, data_overrides(dataset, tmp_path), parse_cfg
-    )
-    assert "auto_resume.max_hours" in gone and "optimizer.kwargs.momentum" in gone
-    assert full == stripped
-
-
-@needs_solo
-@pytest.mark.parametrize("name", configs("pretrain"))
-def test_keys_at_defaults_change_nothing_in_solo_learns_parse_cfg(name, tmp_path):
-    """Without them solo-learn fills the same values itself (its parse_cfg, then the method's
-    defaults as its model does): the values held are solo-learn's defaults."""
-    from solo.args import pretrain as solo_args
-
-    def entry(cfg):
-        cfg = solo_args.parse_cfg(cfg)
-        return register()[cfg.method].add_and_assert_specific_cfg(cfg)
-
+def test_keys_at_defaults_change_nothing_in_pretraining(name, entry, tmp_path):
+    """Without them each entry point fills the same values itself (solo-learn: its parse_cfg,
+    then the method's defaults as its model does): the values held are solo-learn's defaults."""
     dataset = compose_config("pretrain", name).data.dataset
     overrides = CPU + data_overrides(dataset, tmp_path)
     full, stripped, gone, not_filled = with_and_without_defaults("pretrain", name, overrides, entry)
+    assert "auto_resume.max_hours" in gone and "optimizer.kwargs.momentum" in gone
     assert full == stripped
-    # solo-learn leaves a lacking data.train_path lacking, and the dali section too where DALI is
-    # not installed (it fills that section only when it can import its DALI loader); everything
-    # else it fills
-    unfilled = {"data.train_path"}
-    if not solo_args._dali_available:
-        unfilled |= {k for k in gone if k.startswith("dali.")}
-    assert set(not_filled) <= unfilled, not_filled
+    if entry is solo_learn_pretrain:
+        from solo.args import pretrain as solo_args
+
+        # solo-learn leaves a lacking data.train_path lacking, and the dali section too where
+        # DALI is not installed (it fills that section only when it can import its DALI loader);
+        # everything else it fills
+        unfilled = {"data.train_path"}
+        if not solo_args._dali_available:
+            unfilled |= {k for k in gone if k.startswith("dali.")}
+        assert set(not_filled) <= unfilled, not_filled
 
 
-@needs_solo
+@pytest.mark.solo_learn
 @pytest.mark.parametrize("name", configs("linear"))
 def test_keys_at_defaults_change_nothing_in_solo_learns_linear_parse_cfg(name, tmp_path):
     from solo.args.linear import parse_cfg as solo_parse_cfg
@@ -483,7 +453,7 @@ def test_keys_at_defaults_change_nothing_in_solo_learns_linear_parse_cfg(name, t
     assert set(not_filled) <= {"data.train_path", "performance.disable_channel_last"}, not_filled
 
 
-@needs_solo
+@pytest.mark.solo_learn
 @pytest.mark.parametrize("optimizer", sorted(OPTIMIZER_DEFAULTS))
 def test_optimizer_defaults_are_solo_learns(optimizer, tmp_path):
     """What solo-learn's parse_cfg fills into an empty ``optimizer.kwargs`` per optimizer."""

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+import inspect
 import pkgutil
 import re
 from pathlib import Path
@@ -24,6 +25,7 @@ from omegaconf import OmegaConf
 
 import solo_ext
 from solo_ext import config
+from solo_ext.commands import knn
 from solo_ext.commands.pretrain import RUN_OPTIONS, parse_cfg
 from solo_ext.config import CORE_RUN_OPTIONS, HOST_OPTIONS, IN_CONF, Option, run_default
 from solo_ext.methods.registry import SOLO_EXT_METHODS, load
@@ -342,28 +344,15 @@ def test_solo_ext_pretrain_takes_in_the_core_declarations():
         assert RUN_OPTIONS[key] is option, key
 
 
-def test_the_hosts_base_class_fills_the_declared_host_defaults():
+def test_the_hosts_base_class_fills_the_declared_host_defaults(tmp_path):
     """solo-learn's ``BaseMomentumMethod`` when it is the host (its defaults are the ones
     ``HOST_OPTIONS`` copies), the embedded one otherwise (it reads them from there)."""
     from solo_ext.host import BaseMomentumMethod
 
-    cfg = OmegaConf.create(
-        {
-            "backbone": {"name": "resnet18"},
-            "optimizer": {
-                "name": "sgd",
-                "batch_size": 8,
-                "lr": 0.1,
-                "classifier_lr": 0.1,
-                "weight_decay": 0.0,
-            },
-            "scheduler": {"name": "warmup_cosine"},
-            "data": {"num_classes": 4, "num_large_crops": 2, "num_small_crops": 0},
-            "max_epochs": 1,
-            "method": "scl",
-            "momentum": {},  # (solo-learn's base class expects the section)
-        }
-    )
+    cfg = minimal_cfg(tmp_path)
+    cfg.optimizer.update(classifier_lr=0.1, weight_decay=0.0)
+    cfg.data.update(num_large_crops=2, num_small_crops=0)
+    cfg.momentum = {}  # (solo-learn's base class expects the section)
     cfg = BaseMomentumMethod.add_and_assert_specific_cfg(cfg)
     for key, option in HOST_OPTIONS.items():
         assert OmegaConf.select(cfg, key) == option.default, key
@@ -372,12 +361,6 @@ def test_the_hosts_base_class_fills_the_declared_host_defaults():
 def test_the_final_knn_of_pretraining_takes_solo_ext_knns_defaults():
     """``evaluate_model``'s defaults are read from ``conf/knn.yaml`` (through the command's
     ``OPTIONS``): editing the file changes pretraining's final kNN too."""
-    import inspect
-
-    from omegaconf import OmegaConf
-
-    from solo_ext.commands import knn
-
     conf = OmegaConf.load(ROOT / "solo_ext" / "conf" / "knn.yaml")
     params = inspect.signature(knn.evaluate_model).parameters
     for key in ("k", "temperature", "distance", "batch_size"):

@@ -198,19 +198,8 @@ def _stand_in(data: str, cwd: Path) -> None:
             (root / name).write_text("\n".join(lines) + "\n")
 
 
-def _bash(script: str, cwd: Path, env: dict[str, str]) -> None:
-    proc = subprocess.run(
-        ["bash", "-euo", "pipefail", "-c", script],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    assert proc.returncode == 0, f"{script}\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
-
-
-def _bash_at_once(script: str, cwd: Path, envs: list[dict[str, str]]) -> None:
+def _bash(script: str, cwd: Path, *envs: dict[str, str]) -> None:
+    """Runs ``script`` once per environment, all at once (the machines of one run)."""
     procs = [
         subprocess.Popen(
             ["bash", "-euo", "pipefail", "-c", script],
@@ -224,7 +213,7 @@ def _bash_at_once(script: str, cwd: Path, envs: list[dict[str, str]]) -> None:
     ]
     for proc in procs:
         out = proc.communicate(timeout=900)[0]
-        assert proc.returncode == 0, f"{script}\n{out[-5000:]}"
+        assert proc.returncode == 0, f"{script}\n{out[-8000:]}"
 
 
 @pytest.fixture(scope="session")
@@ -247,13 +236,12 @@ def marks(name: str) -> list:
 def test_the_block_runs_as_shown(name, tmp_path, made):
     spec = RUNS[name]
     page, body = blocks()[name]
-    solo_dir = SOLO_LEARN_DIR
     cwd = tmp_path / "work"
     cwd.mkdir()
     _stand_in(spec.data, cwd)
     if spec.solo:  # run from solo-learn's checkout, as its README says: its scripts beside
         for script in ("main_pretrain.py", "main_linear.py", "main_knn.py"):
-            (cwd / script).symlink_to(Path(solo_dir) / script)
+            (cwd / script).symlink_to(Path(SOLO_LEARN_DIR) / script)
     shim = str(ROOT / "tests" / "solo_shim")  # CIFAR's checksums skipped for the stand-in
     env = {
         **os.environ,
@@ -281,7 +269,7 @@ def test_the_block_runs_as_shown(name, tmp_path, made):
         body = "\n".join(line for line in body.splitlines() if not line.startswith("pip install"))
     if spec.nodes > 1:  # the machines of one run, side by side
         env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
-        _bash_at_once(body, cwd, [{**env, "NODE_RANK": str(r)} for r in range(spec.nodes)])
+        _bash(body, cwd, *({**env, "NODE_RANK": str(r)} for r in range(spec.nodes)))
     else:
         _bash(body, ROOT if spec.cwd_root else cwd, env)
     for pattern in spec.leaves:

@@ -48,7 +48,6 @@ def test_the_install_states_the_version_floors():
 def test_main_job_command_is_the_tested_one():
     main_job = _block("main-job")
     assert main_job == [" ".join(MAIN_JOB)]  # the command test_cli.py runs
-    assert (ROOT / "scripts/pretrain/synthetic-lt/pbsd.yaml").is_file()
 
 
 def test_the_methods_table_lists_the_declared_options():

@@ -24,12 +24,18 @@ from solo_ext.methods.registry import SOLO_EXT_METHODS, register
 register()
 
 
+def eval_module(command: str):
+    return importlib.import_module(f"solo_ext.commands.{command}")
+
+
 def test_every_key_is_declared_with_a_valid_default():
-    for method in SOLO_EXT_METHODS:
-        for key, option in METHODS[method].METHOD_KWARGS.items():
-            assert isinstance(option, Option), (method, key)
-            assert option.valid(option.default), (method, key)
-            assert outside(option), (method, key)  # every key can be tried
+    """Each method's ``method_kwargs``, the ``data`` keys and each sampler's keys: every default
+    valid, every key with values outside it to try."""
+    tables = [METHODS[method].METHOD_KWARGS for method in SOLO_EXT_METHODS]
+    for table in [*tables, DATA_KEYS, *SAMPLER_OPTIONS.values()]:
+        for key, option in table.items():
+            assert isinstance(option, Option), key
+            assert option.valid(option.default) and outside(option), key
 
 
 @pytest.mark.parametrize("method", sorted(SOLO_EXT_METHODS))
@@ -50,137 +56,88 @@ def test_dscl_alpha_and_beta_together(make_cfg):
         parse_cfg(cfg)
 
 
-RUN_CASES = [
-    (key, value)
-    for key, option in {**RUN_OPTIONS, **BACKBONE_OPTIONS}.items()
-    for value in outside(option)
-]
+EVAL_COMMANDS = ("knn", "linear", "dense_probe")
 
 
-@pytest.mark.parametrize("key,value", RUN_CASES, ids=[f"{k}-{v!r}" for k, v in RUN_CASES])
-def test_a_run_key_outside_its_declaration_stops_the_start(key, value, tmp_path):
-    """solo-learn's keys that solo-ext-pretrain hands to torch, Lightning and the host: a bad
-    number is one line naming it, before the run directory exists."""
-    ckpt_dir = tmp_path / "trained_models"
-    cfg = tiny_cfg("scl", tmp_path, **{"checkpoint.dir": str(ckpt_dir), key: value})
-    with pytest.raises(ConfigError) as info:
-        run(cfg)
-    message = str(info.value)
-    assert message.startswith(f"{key}={value!r}: must be "), message
-    assert "\n" not in message
-    assert not ckpt_dir.exists()
-
-
-EVAL_CASES = [
-    (command, key, value)
-    for command in ("knn", "linear", "dense_probe")
-    for key, option in importlib.import_module(f"solo_ext.commands.{command}").OPTIONS.items()
-    for value in outside(option)
-]
-
-
-@pytest.mark.parametrize(
-    "command,key,value", EVAL_CASES, ids=[f"{c}-{k}-{v!r}" for c, k, v in EVAL_CASES]
-)
-def test_an_evaluation_key_outside_its_declaration_stops_it(command, key, value, tmp_path):
-    """solo-ext-knn, -linear and -dense-probe check every key they read, before the run is
-    even looked at."""
-    module = importlib.import_module(f"solo_ext.commands.{command}")
-    run_dir = tmp_path / "run"
-    run_dir.mkdir()
-    with pytest.raises(ConfigError) as info:
-        module.run(eval_cfg(command, run_dir, **{key: value}))
-    message = str(info.value)
-    assert message.startswith(f"{key}={value!r}: must be "), message
-    assert "\n" not in message
-    assert list(tmp_path.rglob("*")) == [run_dir]
-
-
-def assert_one_line(err: ConfigError, key: str, value) -> None:
-    message = str(err)
-    shown = list(value) if isinstance(value, list) else value
-    assert message.startswith(f"{key}={shown!r}: must be "), message
-    assert "\n" not in message
-
-
-DATA_CASES = [(key, value) for key, option in DATA_KEYS.items() for value in outside(option)]
-SAMPLER_CASES = [
-    (name, key, value)
-    for name, options in SAMPLER_OPTIONS.items()
-    for key, option in options.items()
-    for value in outside(option)
-]
-
-
-def test_every_data_and_sampler_key_is_declared_with_a_valid_default():
-    options = [
-        *DATA_KEYS.values(),
-        *(o for opts in SAMPLER_OPTIONS.values() for o in opts.values()),
-    ]
-    for option in options:
-        assert option.valid(option.default) and outside(option), option
-
-
-@pytest.mark.parametrize("key,value", DATA_CASES, ids=[f"{k}-{v!r}" for k, v in DATA_CASES])
-def test_a_data_key_outside_its_declaration_stops_every_command(key, value, tmp_path):
-    """Through solo-ext-pretrain (before the run directory exists) and the three evaluation
-    commands (before the run is read: ``data`` given there is merged over the run's)."""
-    ckpt_dir = tmp_path / "trained_models"
-    with pytest.raises(ConfigError) as info:
-        run(tiny_cfg("scl", tmp_path, **{key: value, "checkpoint.dir": str(ckpt_dir)}))
-    assert_one_line(info.value, key, value)
-    assert not ckpt_dir.exists()
-    run_dir = tmp_path / "run"
-    run_dir.mkdir()
-    for command in ("knn", "linear", "dense_probe"):
-        module = importlib.import_module(f"solo_ext.commands.{command}")
-        with pytest.raises(ConfigError) as info:
-            module.run(eval_cfg(command, run_dir, **{key: value}))
-        assert_one_line(info.value, key, value)
-    assert list(tmp_path.rglob("*")) == [run_dir]
-
-
-@pytest.mark.parametrize(
-    "name,key,value", SAMPLER_CASES, ids=[f"{n}-{k}-{v!r}" for n, k, v in SAMPLER_CASES]
-)
-def test_a_sampler_key_outside_its_declaration_stops_pretraining_and_the_probe(
-    name, key, value, tmp_path
-):
-    """``data.sampler`` is read by solo-ext-pretrain and solo-ext-linear."""
-    ckpt_dir = tmp_path / "trained_models"
-    given = {"data.sampler.name": name, f"data.sampler.{key}": value}
-    with pytest.raises(ConfigError) as info:
-        run(tiny_cfg("scl", tmp_path, **given, **{"checkpoint.dir": str(ckpt_dir)}))
-    assert_one_line(info.value, f"data.sampler.{key}", value)
-    run_dir = tmp_path / "run"
-    run_dir.mkdir()
-    with pytest.raises(ConfigError) as info:
-        importlib.import_module("solo_ext.commands.linear").run(
-            eval_cfg("linear", run_dir, **given)
+def outside_cases(commands: tuple[str, ...], options: dict, prefix: str = "", **given) -> list:
+    """(commands, overrides, key, value): each key of ``options`` with each value just outside
+    its declaration, given to each of ``commands`` that reads it."""
+    return [
+        pytest.param(
+            commands,
+            {**given, prefix + key: value},
+            prefix + key,
+            value,
+            id=f"{'+'.join(commands)}-{prefix}{key}-{value!r}",
         )
-    assert_one_line(info.value, f"data.sampler.{key}", value)
-    assert list(tmp_path.rglob("*")) == [run_dir]
+        for key, option in options.items()
+        for value in outside(option)
+    ]
 
 
-@pytest.mark.parametrize(
-    "key,value,message",
-    [
-        ("devices", "two", "devices='two': must be a count (-1: all), 'auto', a list of"),
-        ("devices", [0, -1], "devices=[0, -1]: must be a count"),
-        ("backbone.kwargs.widht", 2, "backbone.kwargs={'widht': 2}: not taken by backbone.name="),
-    ],
-)
-def test_devices_and_backbone_keywords_stop_the_start(key, value, message, tmp_path):
-    """``devices`` is read with the world size; ``backbone.kwargs`` beyond solo-ext's own keys go
-    to the backbone's constructor, which is tried on the meta device before anything is built."""
-    ckpt_dir = tmp_path / "trained_models"
-    cfg = tiny_cfg("scl", tmp_path, **{"checkpoint.dir": str(ckpt_dir), key: value})
-    if key.startswith("backbone"):
-        cfg.backbone.kwargs = {"widht": 2}
+OUTSIDE_CASES = [
+    # solo-learn's keys that solo-ext-pretrain hands to torch, Lightning and the host
+    *outside_cases(("pretrain",), {**RUN_OPTIONS, **BACKBONE_OPTIONS}),
+    # each augmentations entry's keys that solo-ext's pipelines read (crop, scales, colour, ...)
+    *outside_cases(("pretrain",), AUGMENTATION_OPTIONS, "augmentations.0."),
+    # the data keys, read by every command (given to an evaluation, merged over the run's)
+    *outside_cases(("pretrain", *EVAL_COMMANDS), DATA_KEYS),
+    # data.sampler, read by solo-ext-pretrain and solo-ext-linear
+    *(
+        case
+        for name, options in SAMPLER_OPTIONS.items()
+        for case in outside_cases(
+            ("pretrain", "linear"), options, "data.sampler.", **{"data.sampler.name": name}
+        )
+    ),
+    # the evaluation commands' own keys
+    *(
+        case
+        for command in EVAL_COMMANDS
+        for case in outside_cases((command,), eval_module(command).OPTIONS)
+    ),
+]
+
+
+@pytest.mark.parametrize("commands,given,key,value", OUTSIDE_CASES)
+def test_a_key_outside_its_declaration_stops_each_command_that_reads_it(
+    commands, given, key, value, tmp_path
+):
+    """One line naming the key and the value: solo-ext-pretrain's before the run directory
+    exists, solo-ext-knn's, -linear's and -dense-probe's before the run is even looked at."""
+    shown = list(value) if isinstance(value, list) else value
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    for command in commands:
+        with pytest.raises(ConfigError) as info:
+            if command == "pretrain":
+                run(tiny_cfg("scl", tmp_path, **given))
+            else:
+                eval_module(command).run(eval_cfg(command, run_dir, **given))
+        assert str(info.value).startswith(f"{key}={shown!r}: must be "), str(info.value)
+        assert "\n" not in str(info.value)
+    assert list(tmp_path.rglob("*")) == [run_dir]  # (tiny_cfg's checkpoint.dir: not made)
+
+
+def refusal_at_start(cfg, tmp_path) -> str:
+    """The start's one-line refusal of ``cfg``, before the run directory exists."""
     with pytest.raises(ConfigError) as info:
         run(cfg)
-    assert str(info.value).startswith(message), str(info.value)
-    assert "\n" not in str(info.value) and not ckpt_dir.exists()
+    assert "\n" not in str(info.value)
+    assert not (tmp_path / "trained_models").exists()
+    return str(info.value)
+
+
+def test_devices_and_backbone_keywords_stop_the_start(tmp_path):
+    """``devices`` is read with the world size (the values outside it in general: the table
+    above); ``backbone.kwargs`` beyond solo-ext's own keys go to the backbone's constructor,
+    which is tried on the meta device before anything is built."""
+    message = refusal_at_start(tiny_cfg("scl", tmp_path, devices="two"), tmp_path)
+    assert message.startswith("devices='two': must be a count"), message
+    cfg = tiny_cfg("scl", tmp_path)
+    cfg.backbone.kwargs = {"widht": 2}
+    message = refusal_at_start(cfg, tmp_path)
+    assert message.startswith("backbone.kwargs={'widht': 2}: not taken by backbone.name="), message
 
 
 @pytest.mark.parametrize("value", [1, "1", "auto", [0], "0,", -1])
@@ -214,33 +171,11 @@ def test_a_start_checks_each_declared_key_once(method, make_cfg, monkeypatch):
 def test_optimizer_keywords_are_tried_before_the_start(kwargs, refused, tmp_path):
     """``optimizer.kwargs`` go to torch's optimizer: one it does not take (a misspelt keyword,
     or nesterov with dampening, which SGD refuses) stops the start in one line."""
-    ckpt_dir = tmp_path / "trained_models"
-    cfg = tiny_cfg("scl", tmp_path, **{"checkpoint.dir": str(ckpt_dir)})
+    cfg = tiny_cfg("scl", tmp_path)
     cfg.optimizer.kwargs = kwargs
-    with pytest.raises(ConfigError) as info:
-        run(cfg)
-    message = str(info.value)
+    message = refusal_at_start(cfg, tmp_path)
     assert message.startswith("optimizer.kwargs=") and refused in message, message
-    assert "not taken by optimizer.name='sgd'" in message and "\n" not in message
-    assert not ckpt_dir.exists()
-
-
-AUG_CASES = [
-    (f"augmentations.0.{key}", value)
-    for key, option in AUGMENTATION_OPTIONS.items()
-    for value in outside(option)
-]
-
-
-@pytest.mark.parametrize("key,value", AUG_CASES, ids=[f"{k}-{v!r}" for k, v in AUG_CASES])
-def test_an_augmentation_key_outside_its_declaration_stops_the_start(key, value, tmp_path):
-    """Each ``augmentations`` entry's keys that solo-ext's pipelines read (crop, scale range,
-    colour, blur, flip): one line naming the entry's key, before the run directory exists."""
-    ckpt_dir = tmp_path / "trained_models"
-    with pytest.raises(ConfigError) as info:
-        run(tiny_cfg("scl", tmp_path, **{key: value, "checkpoint.dir": str(ckpt_dir)}))
-    assert_one_line(info.value, key, value)
-    assert not ckpt_dir.exists()
+    assert "not taken by optimizer.name='sgd'" in message
 
 
 def test_a_crop_scale_range_upside_down_stops_the_start(tmp_path):
