@@ -70,9 +70,8 @@ def test_tiny_run_prints_and_writes_every_row(tmp_path, capsys):
             assert r["ops"] > 100, r
             assert r["ops_ratio_vs_reference"] == r["ops"] / ref["ops"], r
             # B training images per step, each in all its views (B=4 in --tiny)
-            batch = int(r["shape"].rsplit(" B=", 1)[1])
-            assert batch == 4
-            assert r["images_per_s"] == pytest.approx(batch / r["median_s"], rel=1e-9), r
+            assert r["shape"].endswith(" B=4"), r
+            assert r["images_per_s"] == pytest.approx(4 / r["median_s"], rel=1e-9), r
             # by kind: the counted FLOPs add up to the step's
             assert sum(r["kind_gflops"].values()) == pytest.approx(r["gflops"], rel=1e-9), r
             kinds = {"aten::convolution", "aten::convolution_backward"}
@@ -86,7 +85,6 @@ def test_tiny_run_prints_and_writes_every_row(tmp_path, capsys):
     peak = {r["candidate"]: r["peak_mib"] for r in rows if r["name"] == "dscl loss"}
     assert 0 < peak["solo-ext"] < peak["straightforward"]
     # one step's FLOPs: dscl and scl run the same matmuls (only the per-anchor weights differ)
-    assert scl["gflops"] > 0
     assert dscl["flops_ratio_vs_reference"] == pytest.approx(1.0, abs=1e-3)
     assert json.loads(out.read_text())["rows"] == json.loads(json.dumps(rows))
     printed = capsys.readouterr().out
@@ -187,10 +185,8 @@ def test_loaders_without_dali_print_one_line_and_skip(monkeypatch, capsys):
     monkeypatch.setattr(dali, "dali_installed", lambda: False)
     rows = main(["--what", "loaders", "--tiny", "--device", "cpu"])["rows"]
     assert rows == []
-    printed = capsys.readouterr().out.splitlines()
-    assert [line for line in printed if line.startswith("loaders:")] == [
-        "loaders: skipped, NVIDIA DALI is not installed (pip install -e '.[dali]')"
-    ]
+    (line,) = [x for x in capsys.readouterr().out.splitlines() if x.startswith("loaders:")]
+    assert "skipped" in line and "NVIDIA DALI is not installed" in line
 
 
 @pytest.mark.parametrize("crop, kernel", [(32, (3, 3)), (96, (7, 7))])

@@ -16,16 +16,13 @@ from solo_ext.leaderboard import cli, study
 ZOO = Path(__file__).resolve().parents[1] / "zoo"
 
 
-def write_run(root: Path, method: str, seed: int, metrics: dict) -> None:
-    run = root / method / f"run{seed}"
+def write_run(run: Path, method: str, seed: int, metrics: dict, **more) -> Path:
+    """A run directory: its args.json (a fashion_mnist_lt run) and metrics.json."""
     run.mkdir(parents=True)
-    write_args(run, method, seed)
-    (run / "metrics.json").write_text(json.dumps(metrics))
-
-
-def write_args(run: Path, method: str, seed: int, **more) -> None:
     args = {"method": method, "seed": seed, "data": {"dataset": "fashion_mnist_lt"}, **more}
     (run / "args.json").write_text(json.dumps(args))
+    (run / "metrics.json").write_text(json.dumps(metrics))
+    return run
 
 
 def stage_metrics(prefix: str, base: float) -> dict:
@@ -38,29 +35,12 @@ def stage_metrics(prefix: str, base: float) -> dict:
 
 
 def test_the_stage_table_gives_each_stage_its_mean_and_spread_and_each_seed_its_cells(tmp_path):
-    write_run(
-        tmp_path,
-        "dscl",
-        0,
-        {
-            **stage_metrics("linear_", 60.0),
-            **stage_metrics("linear_crt_", 70.0),
-            "linear_tau_norm_tau": 0.7,
-            **stage_metrics("linear_tau_norm_", 50.0),
-        },
-    )
-    write_run(
-        tmp_path,
-        "dscl",
-        1,
-        {
-            **stage_metrics("linear_", 64.0),
-            **stage_metrics("linear_crt_", 71.0),
-            "linear_tau_norm_tau": 1.1,
-            **stage_metrics("linear_tau_norm_", 54.0),
-        },
-    )
-    write_run(tmp_path, "scl", 0, stage_metrics("linear_lws_", 40.0))
+    dscl = ((60.0, 70.0, 0.7, 50.0), (64.0, 71.0, 1.1, 54.0))  # linear, cRT, tau, tau-norm
+    for seed, (linear, crt, tau, tau_norm) in enumerate(dscl):
+        metrics = {**stage_metrics("linear_", linear), **stage_metrics("linear_crt_", crt)}
+        metrics.update({"linear_tau_norm_tau": tau, **stage_metrics("linear_tau_norm_", tau_norm)})
+        write_run(tmp_path / "dscl" / f"run{seed}", "dscl", seed, metrics)
+    write_run(tmp_path / "scl" / "run0", "scl", 0, stage_metrics("linear_lws_", 40.0))
     runs = study.collect(tmp_path)
     rows = {
         tuple(c.strip() for c in line.split("|")[1:3]): [c.strip() for c in line.split("|")[3:-1]]
@@ -72,21 +52,10 @@ def test_the_stage_table_gives_each_stage_its_mean_and_spread_and_each_seed_its_
         f"{m} ± {1 / math.sqrt(2):.1f}" for m in (70.5, 80.5, 75.5, 50.5)
     ]
     assert rows[("`dscl`", "tau_norm")][-1] == "0.7, 1.1"
-    assert rows[("`scl`", "lws")] == [
-        "0",
-        "40.0",  # one seed: no spread to give
-        "50.0",
-        "45.0",
-        "20.0",
-        "",
-    ]
+    assert rows[("`scl`", "lws")] == ["0", "40.0", "50.0", "45.0", "20.0", ""]  # (no spread)
     # stages a method's runs do not have get no row
-    assert set(rows) == {
-        ("`dscl`", "balanced_linear"),
-        ("`dscl`", "crt"),
-        ("`dscl`", "tau_norm"),
-        ("`scl`", "lws"),
-    }
+    stages = {("`dscl`", stage) for stage in ("balanced_linear", "crt", "tau_norm")}
+    assert set(rows) == stages | {("`scl`", "lws")}
     per_seed = study.stage_seeds(runs).splitlines()
     assert per_seed[0] == "| seed | stage | dscl | scl |"
     assert "| 1 | tau_norm | 54.0 / 64.0 / 59.0 / 34.0 |  |" in per_seed
@@ -97,19 +66,10 @@ def test_the_stage_table_gives_each_stage_its_mean_and_spread_and_each_seed_its_
 
 def test_the_untrained_floor_is_its_own_row(tmp_path):
     """A run named untrained-* (the floor: scl at lr 1e-8) is not folded into scl's row."""
-    for name, seed in (("untrained-fashion-mnist-lt", 0), ("scl-fashion-mnist-lt", 0)):
-        run = tmp_path / name / "scl" / "run"
-        run.mkdir(parents=True)
-        args = {
-            "method": "scl",
-            "seed": seed,
-            "name": name,
-            "data": {"dataset": "fashion_mnist_lt"},
-        }
-        (run / "args.json").write_text(json.dumps(args))
+    for name in ("untrained-fashion-mnist-lt", "scl-fashion-mnist-lt"):
         base = 50.0 if "un" in name else 70.0
         metrics = dict(zip(study.KEYS, (base, base + 10, base - 10, base - 30)))
-        (run / "metrics.json").write_text(json.dumps(metrics))
+        write_run(tmp_path / name / "scl" / "run", "scl", 0, metrics, name=name)
     runs = study.collect(tmp_path)
     assert sorted(runs) == ["scl", "untrained"]
     assert runs["untrained"][0]["knn_acc1"] == 50.0 and runs["scl"][0]["knn_acc1"] == 70.0
@@ -128,17 +88,12 @@ def test_the_entry_points_table_reads_main_linears_last_epoch_and_sets_the_gap_b
     knn = dict.fromkeys(study.KEYS[1:], 0.0)
     ext = tmp_path / "dscl"
     for seed, (knn_top1, stage_top1) in enumerate(((50.0, 40.0), (54.0, 44.0))):
-        run = ext / f"seed{seed}" / "trained_models" / "dscl" / "0"
-        run.mkdir(parents=True)
-        write_args(run, "dscl", seed)
         metrics = {"knn_acc1": knn_top1, **knn, **stage_metrics("linear_", stage_top1)}
-        (run / "metrics.json").write_text(json.dumps(metrics))
+        write_run(ext / f"seed{seed}" / "trained_models" / "dscl" / "0", "dscl", seed, metrics)
     scripts = tmp_path / "solo-learn-scripts-dscl"
     for seed, (knn_top1, last_top1) in enumerate(((51.0, 47.0), (57.0, 51.0))):
         run = scripts / f"seed{seed}" / "trained_models" / "dscl" / "0"
-        run.mkdir(parents=True)
-        write_args(run, "dscl", seed)
-        (run / "metrics.json").write_text(json.dumps({"knn_acc1": knn_top1, **knn}))
+        write_run(run, "dscl", seed, {"knn_acc1": knn_top1, **knn})
         linear = scripts / f"seed{seed}" / "linear" / "linear" / "1"  # (checkpoint.dir=linear)
         linear.mkdir(parents=True)
         ckpt = str(run / "dscl-0-ep=9.ckpt")
@@ -210,25 +165,29 @@ def test_welch_and_paired_tests_as_worked_by_hand():
     assert (got["low"], got["high"]) == pytest.approx((8 - half, 8 + half))
 
 
-def write_study(root: Path) -> None:
-    """A study's layout: <row>/seed<N>/.../metrics.json, two rows of one method."""
-    values = {"pbsd": [50.0, 52.0, 51.0], "pbsd-w0": [55.0, 58.0, 54.0], "dscl": [53.0, 52.0, 57.0]}
-    for row, tops in values.items():
+# a study's rows (each folder one, two of them of pbsd) and their runs' kNN top-1 by seed
+STUDY = {"pbsd": [50.0, 52.0, 51.0], "pbsd-w0": [55.0, 58.0, 54.0], "dscl": [53.0, 52.0, 57.0]}
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory) -> dict:
+    """A study's layout: <row>/seed<N>/.../metrics.json; its runs by folder."""
+    root = tmp_path_factory.mktemp("study")
+    for row, tops in STUDY.items():
         for seed, top in enumerate(tops):
-            run = root / row / f"seed{seed}" / "trained_models" / row.split("-")[0] / "0"
-            run.mkdir(parents=True)
-            write_args(run, row.split("-")[0], seed)
+            method = row.split("-")[0]
             metrics = {"knn_acc1": top, "knn_k10_acc1": top - 1, **stage_metrics("linear_", top)}
             metrics.update({f"knn_{k}": 0.0 for k in ("acc1_many", "acc1_medium", "acc1_few")})
             metrics.update({f"knn_k10_{k}": 0.0 for k in ("acc1_many", "acc1_medium", "acc1_few")})
-            (run / "metrics.json").write_text(json.dumps(metrics))
+            run = root / row / f"seed{seed}" / "trained_models" / method / "0"
+            write_run(run, method, seed, metrics)
+    return {"root": root, "runs": study.collect(root, by="folder")}
 
 
-def test_the_per_seed_file_rebuilds_the_tables_and_rows_go_by_folder(tmp_path):
-    write_study(tmp_path / "runs")
-    runs = study.collect(tmp_path / "runs", by="folder")
+def test_the_per_seed_file_rebuilds_the_tables_and_rows_go_by_folder(folders, tmp_path):
+    runs = folders["runs"]
     assert sorted(runs) == ["dscl", "pbsd", "pbsd-w0"]  # (by method: two rows, not three)
-    assert sorted(study.collect(tmp_path / "runs")) == ["dscl", "pbsd"]
+    assert sorted(study.collect(folders["root"])) == ["dscl", "pbsd"]
     study.write_seeds(runs, tmp_path / "seeds.csv")
     again = study.read_seeds(tmp_path / "seeds.csv")
     assert study.table(again) == study.table(runs)
@@ -240,14 +199,12 @@ def test_the_per_seed_file_rebuilds_the_tables_and_rows_go_by_folder(tmp_path):
     )
 
 
-def test_the_significance_table_corrects_each_metric_over_its_comparisons(tmp_path):
-    write_study(tmp_path)
-    runs = study.collect(tmp_path, by="folder")
+def test_the_significance_table_corrects_each_metric_over_its_comparisons(folders):
     comparisons = [("pbsd", "dscl", False), ("pbsd-w0", "pbsd", True)]
-    lines = study.significance_table(runs, comparisons).splitlines()
+    lines = study.significance_table(folders["runs"], comparisons).splitlines()
     knn = [line for line in lines if line.startswith("| kNN top-1 |")]
-    welch = study.welch([50.0, 52.0, 51.0], [53.0, 52.0, 57.0])
-    pair = study.paired([55.0, 58.0, 54.0], [50.0, 52.0, 51.0])
+    welch = study.welch(STUDY["pbsd"], STUDY["dscl"])
+    pair = study.paired(STUDY["pbsd-w0"], STUDY["pbsd"])
     adjusted = study.holm([welch["p"], pair["p"]])
     assert knn[0].split("|")[2:4] == [" `pbsd` - `dscl` ", " 3 / 3 "]
     assert knn[0].split("|")[9].strip() == f"{adjusted[0]:.3f}"
@@ -263,17 +220,12 @@ def test_the_significance_table_corrects_each_metric_over_its_comparisons(tmp_pa
     assert len([line for line in lines if line.startswith("| balanced_linear |")]) == 2
 
 
-def test_a_comparison_short_of_seeds_is_listed_untested_and_counts_in_its_family(tmp_path):
-    write_study(tmp_path)
-    runs = study.collect(tmp_path, by="folder")
-    runs["pbsd-16px"] = runs["pbsd-w0"][:1]  # one seed: no test
+def test_a_comparison_short_of_seeds_is_listed_untested_and_counts_in_its_family(folders):
+    runs = {**folders["runs"], "pbsd-16px": folders["runs"]["pbsd-w0"][:1]}  # one seed: no test
     comparisons = [("pbsd", "dscl", False), ("pbsd-16px", "pbsd", False)]
-    knn = [
-        line
-        for line in study.significance_table(runs, comparisons).splitlines()
-        if line.startswith("| kNN top-1 |")
-    ]
-    welch = study.welch([50.0, 52.0, 51.0], [53.0, 52.0, 57.0])
+    lines = study.significance_table(runs, comparisons).splitlines()
+    knn = [line for line in lines if line.startswith("| kNN top-1 |")]
+    welch = study.welch(STUDY["pbsd"], STUDY["dscl"])
     # Holm over both comparisons asked for: the tested one's p doubled (the other counts as 1)
     assert knn[0].split("|")[9].strip() == f"{min(1.0, 2 * welch['p']):.3f}"
     cells = [c.strip() for c in knn[1].split("|")[2:11]]

@@ -83,11 +83,8 @@ def lr_by_epoch(
     model: Any, epochs: Iterable[int], steps_per_epoch: int
 ) -> tuple[dict[str, dict[int, float]], dict[str, float]]:
     """The lr of every parameter group (by name) at the first iteration of each of ``epochs``,
-    from the method's own ``configure_optimizers``, and each group's peak lr.
-
-    ``steps_per_epoch``: the official run's iterations per epoch (a per-iteration warm-up
-    reaches a given epoch after that many steps of each earlier epoch).
-    """
+    from the method's own ``configure_optimizers``, and each group's peak lr; a per-iteration
+    schedule is stepped the official run's ``steps_per_epoch`` for each earlier epoch."""
     cfg = model.cfg
     wanted = sorted(set(int(e) for e in epochs))
     model._trainer = SimpleNamespace(  # what configure_optimizers reads of its trainer
@@ -137,10 +134,9 @@ def _views(cfg: DictConfig) -> dict[str, Any]:
 def effective_values(
     cfg: DictConfig, keys: Iterable[str], steps_per_epoch: int = 100
 ) -> dict[str, Any]:
-    """The effective value of each of ``keys`` (``runs.yaml``'s names) for the
-    pretraining config ``cfg``, resolved by an entry point's ``parse_cfg`` and its method's
-    ``add_and_assert_specific_cfg``; ``steps_per_epoch`` the official run's iterations per
-    epoch. A key the recipe does not have is absent."""
+    """The effective value of each of ``keys`` (``runs.yaml``'s names) of the pretraining config
+    ``cfg`` as an entry point's ``parse_cfg`` and its method's ``add_and_assert_specific_cfg``
+    resolved it; a key the recipe does not have is absent."""
     keys = list(keys)
     schedule, warmup = _schedule(cfg)
     run: dict[str, Any] = {
@@ -188,9 +184,7 @@ def effective_values(
     for key in keys:
         if key in run:
             out[key] = run[key]
-        elif select(cfg, f"method_kwargs.{key}") is not None or key in (
-            cfg.get("method_kwargs") or {}
-        ):
+        elif key in (cfg.get("method_kwargs") or {}):
             value = cfg.method_kwargs[key]
             out[key] = OmegaConf.to_container(value) if OmegaConf.is_config(value) else value
     return out
@@ -278,8 +272,7 @@ def linear_effective_values(
     name = str(cfg.scheduler.name)
     no_warmup = name in ("step", "none") or entry == "solo-ext-linear"
     warmup = 0.0 if no_warmup else float(cfg.scheduler.warmup_epochs)
-    augmentation = select(cfg, "train_augmentation")
-    entry = train_augmentation_entry(cfg.data.dataset, augmentation, run_view)
+    view = train_augmentation_entry(cfg.data.dataset, select(cfg, "train_augmentation"), run_view)
     run: dict[str, Any] = {
         "backbone": select(cfg, "backbone.name"),
         "precision": _PRECISION.get(str(select(cfg, "precision")), str(select(cfg, "precision"))),
@@ -291,8 +284,7 @@ def linear_effective_values(
         "weight_decay": weight_decay,
         "sgd_momentum": momentum,
         "epochs": cfg.max_epochs,
-        # (solo-ext-linear's cosine has no warm-up)
-        "warmup_epochs": warmup,
+        "warmup_epochs": warmup,  # (solo-ext-linear's cosine has none)
         "schedule": {"warmup_cosine": "cosine"}.get(name, name),
         "schedule_step": "epoch",  # (both entry points step the stage's schedule per epoch)
         "lr_decay_epochs": list(cfg.scheduler.lr_decay_steps) if name == "step" else [],
@@ -302,6 +294,5 @@ def linear_effective_values(
         "backbone_bn": select(cfg, "backbone_bn"),
         **{f"lr_at.{e}": lr_e for e, lr_e in at.items()},
     }
-    view = OmegaConf.create({"augmentations": [entry]})
-    run.update(_views(view))
+    run.update(_views(OmegaConf.create({"augmentations": [view]})))
     return {key: run[key] for key in keys if key in run}
