@@ -6,6 +6,7 @@ import json
 import os
 import pickle
 import socket
+import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -307,9 +308,6 @@ def mains_in_one_process(
     a name in ``solo_ext.commands.mains``). Per label: the exit status (-1: never reached), the
     modules of the training stack imported when it ended (torch, Lightning, torchmetrics, the
     host, the methods, solo-learn), and its own part of stdout and stderr."""
-    import json
-    import subprocess
-
     proc = subprocess.run(
         [
             sys.executable,

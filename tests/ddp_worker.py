@@ -113,6 +113,12 @@ def _slice(x: dict[str, torch.Tensor], rank: int) -> dict[str, torch.Tensor]:
     return out
 
 
+def _loss_and_grads(fn, x: dict[str, torch.Tensor], grad_keys: list[str]):
+    x = {k: v.clone().requires_grad_() if k in grad_keys else v for k, v in x.items()}
+    loss = fn(x)
+    return loss, torch.autograd.grad(loss, [x[k] for k in grad_keys])
+
+
 def loss_checks(rank: int, world: int) -> dict:
     from solo_ext.host import gather
 
@@ -129,16 +135,8 @@ def loss_checks(rank: int, world: int) -> dict:
         "whole_feature": all4one_whole_feature(world),
     }
     for name, (fn, grad_keys) in fns.items():
-        full = _inputs(world)
-        for key in grad_keys:
-            full[key] = full[key].clone().requires_grad_()
-        whole = single[name][0](full)
-        whole_grads = torch.autograd.grad(whole, [full[k] for k in grad_keys])
-        local = _slice(_inputs(world), rank)
-        for key in grad_keys:
-            local[key] = local[key].clone().requires_grad_()
-        mine = fn(local)
-        my_grads = torch.autograd.grad(mine, [local[k] for k in grad_keys])
+        whole, whole_grads = _loss_and_grads(single[name][0], _inputs(world), grad_keys)
+        mine, my_grads = _loss_and_grads(fn, _slice(_inputs(world), rank), grad_keys)
         results[name] = {
             "loss": mine.item(),
             "whole_loss": whole.item(),
@@ -175,17 +173,13 @@ def training_runs(out_dir: Path, rank: int) -> dict:
     from solo_ext.methods.scl import SCL
 
     anchors: list[int] = []  # the in-batch set's size, per contrastive loss
-    losses = {SCL: SCL.contrastive_loss}  # (the whole supervised family's)
+    contrastive_loss = SCL.contrastive_loss  # (the whole supervised family's)
 
-    def counting(loss):
-        def count(self, q, k, labels, queue):
-            anchors.append(q.size(0))
-            return loss(self, q, k, labels, queue)
+    def counting(self, q, k, labels, queue):
+        anchors.append(q.size(0))
+        return contrastive_loss(self, q, k, labels, queue)
 
-        return count
-
-    for cls, loss in losses.items():
-        cls.contrastive_loss = counting(loss)
+    SCL.contrastive_loss = counting
     runs = {}
     # every method, dscl with both directions and a queue per view, and dscl contrasting the
     # gathered batch
@@ -229,8 +223,7 @@ def training_runs(out_dir: Path, rank: int) -> dict:
             "anchors": list(anchors),
         }
     IndexedNCrop.__getitem__ = original
-    for cls, loss in losses.items():
-        cls.contrastive_loss = loss
+    SCL.contrastive_loss = contrastive_loss
     return runs
 
 
@@ -262,14 +255,14 @@ def rank_rows(kind: str, rank: int) -> slice:
     return slice(0, cut) if rank == 0 else slice(cut, end)
 
 
-def metric_checks(rank: int) -> dict:
-    """Each online metric fed this rank's share, then computed over both ranks."""
+def online_metrics(train: list[slice], test: list[slice]) -> dict:
+    """Each online metric fed the rows of ``knn_inputs`` in ``train`` / ``test`` (an update a
+    slice), computed (synced over the ranks, in a process group), and computed after a reset."""
     from solo_ext.eval.knn_classifier import LongTailKNN
     from solo_ext.eval.shot_accuracy import ShotGroupAccuracy
     from solo_ext.modules.knn import WeightedKNNClassifier
 
     x = knn_inputs()
-    train, test = rank_rows("train", rank), rank_rows("test", rank)
     counts = x["counts"].tolist()
     knns = {
         "knn": WeightedKNNClassifier(k=5, T=0.1, distance_fx="cosine"),
@@ -277,15 +270,16 @@ def metric_checks(rank: int) -> dict:
     }
     results = {}
     for name, metric in knns.items():
-        for rows in (slice(train.start, train.start + 5), slice(train.start + 5, train.stop)):
+        for rows in train:
             metric.update(train_features=x["train_x"][rows], train_targets=x["train_y"][rows])
-        for rows in (slice(test.start, test.start + 2), slice(test.start + 2, test.stop)):
+        for rows in test:
             metric.update(test_features=x["test_x"][rows], test_targets=x["test_y"][rows])
         results[name] = metric.compute()
         metric.reset()
         results[f"{name}_after_reset"] = metric.compute()
     shots = ShotGroupAccuracy(counts, many_threshold=20, few_threshold=5)
-    shots.update(x["logits"][test], x["test_y"][test])
+    for rows in test:
+        shots.update(x["logits"][rows], x["test_y"][rows])
     results["shots"] = {k: float(v) for k, v in shots.compute().items()}
     return results
 
@@ -328,7 +322,11 @@ def main() -> None:
     result = {"runs": training_runs(out_dir, rank)}  # Lightning sets up the process group
     assert dist.is_initialized() and dist.get_backend() == "gloo"
     result["losses"] = loss_checks(rank, dist.get_world_size())
-    result["metrics"] = metric_checks(rank)
+    train, test = rank_rows("train", rank), rank_rows("test", rank)  # each in two updates
+    result["metrics"] = online_metrics(
+        [slice(train.start, train.start + 5), slice(train.start + 5, train.stop)],
+        [slice(test.start, test.start + 2), slice(test.start + 2, test.stop)],
+    )
     result["nan_stop"] = nan_on_second_rank(out_dir, rank)  # last: the fit stops with an error
     torch.save(result, out_dir / f"rank{rank}.pt")
 

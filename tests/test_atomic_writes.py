@@ -16,7 +16,7 @@ class _Interrupted(Exception):
     pass
 
 
-def test_interrupted_text_write_keeps_the_old_file(tmp_path, monkeypatch):
+def test_interrupted_text_write_keeps_the_old_file(tmp_path):
     path = tmp_path / "metrics.json"
     atomic_write_text(path, '{"knn_acc1": 50.0}')
 
@@ -46,7 +46,6 @@ def test_metrics_update_is_atomic_and_merges(tmp_path, monkeypatch):
 def test_interrupted_checkpoint_keeps_the_previous_one(tmp_path, monkeypatch):
     io, path = AtomicCheckpointIO(), tmp_path / "run-ep=0.ckpt"
     io.save_checkpoint({"state_dict": {"w": torch.ones(3)}}, path)
-    real_save = torch.save
 
     def dying_save(obj, f, *args, **kwargs):
         f.write(b"PK\x03\x04 partial")
@@ -55,6 +54,6 @@ def test_interrupted_checkpoint_keeps_the_previous_one(tmp_path, monkeypatch):
     monkeypatch.setattr(torch, "save", dying_save)
     with pytest.raises(_Interrupted):
         io.save_checkpoint({"state_dict": {"w": torch.zeros(3)}}, path)
-    monkeypatch.setattr(torch, "save", real_save)
+    monkeypatch.undo()
     assert torch.equal(io.load_checkpoint(path)["state_dict"]["w"], torch.ones(3))
     assert [p.name for p in tmp_path.iterdir()] == ["run-ep=0.ckpt"]

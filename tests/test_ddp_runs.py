@@ -2,9 +2,9 @@
 devices=2 strategy=ddp`` (gloo on CPU), with the shipped config's validation and online kNN, to
 the end: checkpoint, ``args.json``, the online Many / Medium / Few kNN in the logs and the final
 kNN in ``metrics.json``, all in one run directory. One run is started as a user starts it
-(Lightning's launcher starts the command again for the second process); the other step kinds'
-runs take ``strategy=ddp_fork``, the same DDP on processes forked from the first, one run after
-another in one process.
+(Lightning's launcher starts the command again for the second process, which imports everything
+anew: about 6 s of the suite's 2 cores); the other step kinds' runs take ``strategy=ddp_fork``,
+the same DDP on processes forked from the first, one run after another in one process.
 
 (``test_distributed.py`` checks the losses, buffers and metrics of two processes against one;
 ``test_solo_learn_scripts.py`` runs the same through solo-learn's ``main_pretrain.py``.)
@@ -31,7 +31,8 @@ VAL_PER_CLASS = 4
 STEPS = 2  # a rank's optimiser steps in each whole run (what the runs check needs no more)
 
 
-# the data of the shipped config, drawn smaller: what the runs check does not depend on its size
+# the data of the shipped config, drawn smaller (60 down to 6 training images a class, the shot
+# thresholds scaled with it): what the runs check does not depend on its size
 SMALLER_DATA = [
     "data.synthetic.n_max=60",
     f"data.synthetic.val_per_class={VAL_PER_CLASS}",
@@ -42,7 +43,8 @@ SMALLER_DATA = [
 
 
 def run_args(method: str, strategy: str, *extra: str) -> list[str]:
-    """The command line of a run below: the shipped config, smaller (``pretrain_two_processes``)."""
+    """The shipped config on two CPU processes (``strategy``: ddp or ddp_fork, the module's
+    docstring), one epoch of ``STEPS`` steps a rank, on ``SMALLER_DATA``."""
     return [
         "--config-name",
         f"synthetic-lt/{method}",
@@ -54,19 +56,6 @@ def run_args(method: str, strategy: str, *extra: str) -> list[str]:
         *SMALLER_DATA,
         *extra,
     ]
-
-
-def pretrain_two_processes(
-    method: str, cwd: Path, *extra: str, strategy: str = "ddp", **more_env: str
-) -> subprocess.CompletedProcess:
-    """The shipped synthetic-lt config on two CPU processes, one epoch of 2 steps a rank, on a
-    smaller draw of its data (60 down to 6 training images a class, 4 validation images a class;
-    the shot thresholds scaled with it) and batches of 32.
-
-    ``strategy=ddp`` as a user starts it: Lightning's launcher starts the command again for the
-    second process, which imports everything anew (about 6 s of the suite's 2 cores);
-    ``ddp_fork``: the same DDP strategy on processes forked from the first one."""
-    return run_command("solo-ext-pretrain", run_args(method, strategy, *extra), cwd, **more_env)
 
 
 def run_command(
@@ -172,20 +161,19 @@ def test_a_two_process_dali_run_finishes_reading_disjoint_shares(tmp_path):
     with_dali = importlib.util.find_spec("nvidia") is not None and (
         importlib.util.find_spec("nvidia.dali") is not None
     )
-    if not with_dali:
-        args = check_whole_run(DALI_RUN, tmp_path, pretrain_two_processes(DALI_RUN, tmp_path))
-        assert args["strategy"] == "ddp"
-        return
-    spy = tmp_path / "spy"
-    spy.mkdir()
-    shim = str(Path(__file__).parent / "solo_shim")
-    path = os.pathsep.join(filter(None, [shim, os.environ.get("PYTHONPATH")]))
-    dali = ["data.format=dali", "dali.device=cpu", "+data.sampler.name=class_balanced"]
-    proc = pretrain_two_processes(
-        DALI_RUN, tmp_path, *dali, PYTHONPATH=path, SOLO_EXT_TEST_SPY=str(spy)
-    )
+    spy, env, dali = tmp_path / "spy", {}, []
+    if with_dali:
+        spy.mkdir()
+        shim = str(Path(__file__).parent / "solo_shim")
+        path = os.pathsep.join(filter(None, [shim, os.environ.get("PYTHONPATH")]))
+        env = {"PYTHONPATH": path, "SOLO_EXT_TEST_SPY": str(spy)}
+        dali = ["data.format=dali", "dali.device=cpu", "+data.sampler.name=class_balanced"]
+    proc = run_command("solo-ext-pretrain", run_args(DALI_RUN, "ddp", *dali), tmp_path, **env)
     args = check_whole_run(DALI_RUN, tmp_path, proc)
-    assert args["strategy"] == "ddp" and args["data"]["format"] == "dali"
+    assert args["strategy"] == "ddp"
+    if not with_dali:
+        return
+    assert args["data"]["format"] == "dali"
     assert args["environment"]["libraries"]["nvidia-dali"]  # DALI's version, recorded
     labels = build_dataset(OmegaConf.create(args["data"]), "train", None).targets
     batch = args["optimizer"]["batch_size"]

@@ -77,47 +77,18 @@ def test_ranks_agree_after_ddp_steps(ranks, method):
     assert zero["seed"] != one["seed"]
 
 
-def one_process_metrics(rows: dict[str, slice] | None = None) -> dict:
-    """The metrics of ``ddp_worker.metric_checks`` in this (single) process, fed every row, or
-    only ``rows`` (one rank's share)."""
-    from ddp_worker import knn_inputs
-
-    from solo_ext.eval.knn_classifier import LongTailKNN
-    from solo_ext.eval.shot_accuracy import ShotGroupAccuracy
-    from solo_ext.modules.knn import WeightedKNNClassifier
-
-    x = knn_inputs()
-    rows = rows or {"train": slice(None), "test": slice(None)}
-    train, test = rows["train"], rows["test"]
-    counts = x["counts"].tolist()
-    out = {}
-    for name, metric in {
-        "knn": WeightedKNNClassifier(k=5, T=0.1, distance_fx="cosine"),
-        "lt_knn": LongTailKNN(counts, many_threshold=20, few_threshold=5, k=5, T=0.1),
-    }.items():
-        metric.update(train_features=x["train_x"][train], train_targets=x["train_y"][train])
-        metric.update(test_features=x["test_x"][test], test_targets=x["test_y"][test])
-        out[name] = metric.compute()
-    shots = ShotGroupAccuracy(counts, many_threshold=20, few_threshold=5)
-    shots.update(x["logits"][test], x["test_y"][test])
-    out["shots"] = {k: float(v) for k, v in shots.compute().items()}
-    return out
-
-
 @pytest.mark.parametrize("name", ["knn", "lt_knn", "shots"])
 def test_online_metrics_of_two_processes_equal_those_of_one(ranks, name):
     """The online kNN (and the linear model's shot-group accuracy) of features split unequally
     over two processes, synced at ``compute``, equals that of one process given them all; and
     a rank's share alone gives another value, so the equality is the sync's doing."""
-    from ddp_worker import rank_rows
+    from ddp_worker import online_metrics, rank_rows
 
-    whole = one_process_metrics()[name]
+    whole = online_metrics([slice(None)], [slice(None)])[name]  # one process, one update
     assert whole not in ({}, (-1.0, -1.0))
     for result in ranks:
         assert result["metrics"][name] == pytest.approx(whole, rel=1e-6, nan_ok=True)
-    alone = [
-        one_process_metrics({k: rank_rows(k, r) for k in ("train", "test")})[name] for r in range(2)
-    ]
+    alone = [online_metrics([rank_rows("train", r)], [rank_rows("test", r)])[name] for r in (0, 1)]
     assert any(a != pytest.approx(whole, nan_ok=True) for a in alone)
 
 

@@ -93,23 +93,6 @@ CHECK_HOOK = """
 """
 
 
-def _core_modules() -> list[str]:
-    """Every module of the core layers (``solo_ext/layers.py``), by name."""
-    from pathlib import Path
-
-    import solo_ext
-    from solo_ext.layers import CORE, layer_of
-
-    root = Path(solo_ext.__file__).parent.parent
-    names = []
-    for path in sorted((root / "solo_ext").rglob("*.py")):
-        parts = path.relative_to(root).with_suffix("").parts
-        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-        if layer_of(name) in CORE:
-            names.append(name)
-    return names
-
-
 # (before solo-learn's registry is imported) the whole core, imported with the start-up hook
 # installed: no host, no Lightning, no solo-learn (what the static walk of tests/test_layers.py
 # cannot see, an import by name at run time, shows in sys.modules)
@@ -124,7 +107,11 @@ IMPORT_THE_CORE = """
 
 
 def test_autoload_registers_and_importing_the_core_loads_no_host_and_no_lightning(fake_solo):
-    names = _core_modules()
+    from test_layers import FILES, _module_name
+
+    from solo_ext.layers import CORE, layer_of
+
+    names = [n for n in map(_module_name, FILES) if layer_of(n) in CORE]  # the core's modules
     assert len(names) > 20  # the walk found the package
     head, registry = CHECK_HOOK.split("    from solo.methods import METHODS\n")
     code = head + IMPORT_THE_CORE.format(names=names) + "    from solo.methods import METHODS\n"

@@ -70,8 +70,7 @@ def test_the_core_imports_no_host_and_no_lightning(path):
 
 
 # importing the whole core at run time (an import by name the walk above cannot see) loads no
-# host and no Lightning: tests/test_host.py checks it in the fresh interpreter it starts with the
-# start-up hook installed
+# host and no Lightning: tests/test_host.py, in a fresh interpreter with the start-up hook
 
 
 def test_every_layer_holds_a_file_and_sees_only_layers_below():
