@@ -15,7 +15,7 @@ from conftest import RESNET18, eval_cfg, tiny_cfg
 from omegaconf import DictConfig, OmegaConf
 
 from solo_ext.config import ConfigError, fill_stem_option
-from solo_ext.runs.backbone import fill_run_backbone, merge_run_backbone, read_run_backbone
+from solo_ext.runs.backbone import fill_run_backbone, merge_run_backbone
 
 RUN_BACKBONE = {
     "name": "resnet18",
@@ -55,34 +55,22 @@ def kwargs_of(cfg: DictConfig) -> dict:
 # --- the function ---------------------------------------------------------------------------
 
 
-def test_fills_every_kwarg_the_config_does_not_give(tmp_path):
-    ckpt = checkpoint(tmp_path)
-    cfg = linear_cfg()
-    assert fill_run_backbone(cfg, ckpt) == RUN_BACKBONE
-    assert cfg.backbone.name == "resnet18"
-    assert kwargs_of(cfg) == {"small_image_stem": True, "zero_init_residual": True}
-
-
 @pytest.mark.parametrize(
     "backbone",
     [
+        {"name": "resnet18"},  # no kwargs
         {"name": "???"},  # solo-learn's "must be given" marker
         {"name": None, "kwargs": None},
         {"name": "None", "kwargs": {"small_image_stem": "None"}},  # solo-learn's null
+        None,  # no backbone section at all
     ],
-    ids=["missing", "null", "None-string"],
+    ids=["name-only", "missing", "null", "None-string", "no-section"],
 )
 def test_a_key_not_given_is_the_runs(tmp_path, backbone):
     cfg = linear_cfg(backbone)
-    fill_run_backbone(cfg, checkpoint(tmp_path))
-    assert cfg.backbone.name == "resnet18"
-    assert kwargs_of(cfg) == RUN_BACKBONE["kwargs"]
-
-
-def test_a_config_without_backbone_gets_the_runs(tmp_path):
-    cfg = OmegaConf.create({"data": {"dataset": "custom"}})
-    OmegaConf.set_struct(cfg, True)
-    fill_run_backbone(cfg, checkpoint(tmp_path))
+    if backbone is None:
+        del cfg.backbone
+    assert fill_run_backbone(cfg, checkpoint(tmp_path)) == RUN_BACKBONE
     assert OmegaConf.to_container(cfg.backbone) == RUN_BACKBONE
 
 
@@ -150,7 +138,14 @@ def test_a_run_without_backbone_kwargs_fills_only_the_name(tmp_path):
 
 @pytest.mark.parametrize(
     "text,what",
-    [("{not json", "not a readable run config"), ('["a list"]', "not a run config")],
+    [
+        ("{not json", "not a readable run config"),
+        ('["a list"]', "not a run config"),
+        (
+            '{"backbone": {"kwargs": [1, 2]}}',
+            "backbone={'kwargs': [1, 2]} is not a backbone section",
+        ),
+    ],
 )
 def test_an_unreadable_args_json_is_one_line_naming_it(tmp_path, text, what):
     ckpt = checkpoint(tmp_path)
@@ -160,12 +155,6 @@ def test_an_unreadable_args_json_is_one_line_naming_it(tmp_path, text, what):
     message = str(info.value)
     assert message.startswith(f"{str(ckpt.parent / 'args.json')!r}: {what}")
     assert "\n" not in message
-
-
-def test_a_malformed_backbone_section_is_one_line(tmp_path):
-    ckpt = checkpoint(tmp_path, {"name": "resnet18", "kwargs": [1, 2]})
-    with pytest.raises(ConfigError, match="is not a backbone section$"):
-        read_run_backbone(ckpt)
 
 
 @pytest.mark.parametrize(
@@ -218,26 +207,13 @@ def test_solo_ext_linear_builds_the_runs_backbone(stemless_run):
     assert cfg.backbone.kwargs.small_image_stem is False  # the run's, carried into the config
 
 
-def test_solo_ext_linear_stops_at_a_contradicting_kwarg(stemless_run):
-    from solo_ext.commands import linear
-
-    (ckpt,) = stemless_run.glob("*.ckpt")
-    before = listing(stemless_run)
-    cfg = eval_cfg("linear", stemless_run, **{"backbone.kwargs.small_image_stem": True})
-    with pytest.raises(ConfigError) as info:
-        linear.run(cfg)
-    assert str(info.value) == (
-        f"backbone.kwargs.small_image_stem=True: the checkpoint {str(ckpt)!r} was trained with "
-        "False"
-    )
-    assert listing(stemless_run) == before
-
-
-def test_solo_ext_linear_command_says_it_in_one_line(stemless_run, command):
-    """The command (``pretrained_feature_extractor``, solo-learn's key): exit status 2, one line."""
+def test_solo_ext_linear_stops_at_a_contradicting_kwarg_in_one_line(stemless_run, command):
+    """The command (``pretrained_feature_extractor``, solo-learn's key): exit status 2, one line
+    naming both values, nothing written."""
     from solo_ext.commands.linear import main
 
     (ckpt,) = stemless_run.glob("*.ckpt")
+    before = listing(stemless_run)
     code, _, err = command(
         main,
         "solo-ext-linear",
@@ -247,7 +223,6 @@ def test_solo_ext_linear_command_says_it_in_one_line(stemless_run, command):
     )
     assert code == 2, err[-3000:]
     (line,) = err.strip().splitlines()
-    assert line == (
-        f"solo-ext-linear: error: backbone.kwargs.small_image_stem=True: the checkpoint "
-        f"{str(ckpt)!r} was trained with False"
-    )
+    assert line.startswith("solo-ext-linear: error: backbone.kwargs.small_image_stem=True: "), line
+    assert repr(str(ckpt)) in line and line.endswith("was trained with False"), line
+    assert listing(stemless_run) == before

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from test_solo_learn_scripts import CPU, SMALL, ok, solo
+from test_solo_learn_scripts import CPU, SMALL, cpu, ok, solo
 
 pytestmark = pytest.mark.solo_learn
 
@@ -24,13 +24,7 @@ EPOCHS = [a for a in SMALL if not a.startswith("max_epochs")] + ["max_epochs=3"]
 STEPS_PER_EPOCH = 9
 RUNS = {
     "1 process": [*CPU, *EPOCHS],
-    "2 processes": [
-        *[a for a in CPU if not a.startswith("devices")],
-        'devices="2"',
-        "strategy=ddp",
-        *EPOCHS,
-        "optimizer.batch_size=4",
-    ],
+    "2 processes": [*cpu(2), "strategy=ddp", *EPOCHS, "optimizer.batch_size=4"],
 }
 RESUME = ["auto_resume.enabled=True"]
 
@@ -75,49 +69,41 @@ def last_ckpt(run_dir: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def uninterrupted(tmp_path_factory) -> dict[str, Path]:
-    """The uninterrupted runs' last checkpoints."""
-    out = {}
-    for name, args in RUNS.items():
-        where = tmp_path_factory.mktemp(name.replace(" ", "-"))
-        ok(pretrain(where, args))
-        out[name] = last_ckpt(run_dir_of(where))
-        assert out[name].name.endswith("-ep=2.ckpt")
-    return out
+def uninterrupted(tmp_path_factory):
+    """The uninterrupted run's last checkpoint, by processes and method (each run once)."""
+    done = {}
 
+    def last(processes: str = "1 process", method: str = "scl") -> Path:
+        if (processes, method) not in done:
+            where = tmp_path_factory.mktemp(f"{method}-{processes.replace(' ', '-')}")
+            ok(pretrain(where, RUNS[processes], method))
+            done[processes, method] = last_ckpt(run_dir_of(where, method))
+            assert done[processes, method].name.endswith("-ep=2.ckpt")
+        return done[processes, method]
 
-@pytest.mark.parametrize("processes", sorted(RUNS))
-def test_killed_in_mid_epoch_resumes_to_the_uninterrupted_weights(
-    processes, uninterrupted, tmp_path
-):
-    args = RUNS[processes]
-    killed(pretrain(tmp_path, args, SOLO_EXT_TEST_KILL_AT=str(STEPS_PER_EPOCH + 4)))
-    run_dir = run_dir_of(tmp_path)
-    assert last_ckpt(run_dir).name.endswith("-ep=0.ckpt")
-    proc = ok(pretrain(tmp_path, [*args, *RESUME]))
-    assert "Resuming from previous checkpoint" in proc.stdout
-    # the run continued in its directory, whose one checkpoint is now the last epoch's
-    assert run_dir_of(tmp_path) == run_dir
-    assert last_ckpt(run_dir).name.endswith(f"-{run_dir.name}-ep=2.ckpt")
-    assert_same_weights(last_ckpt(run_dir), uninterrupted[processes])
+    return last
 
 
 # Every method's own state (queues, support sets, targets, heads, DenseCL's dense queue) resumes
 # exactly through solo-ext-pretrain (tests/test_resume.py); through main_pretrain.py, beside
-# scl above: pbsd, whose patches and box generator solo-learn's patched loader makes (the loader
-# is the script's, not the method's).
-def test_pbsd_killed_in_mid_epoch_resumes_exactly(tmp_path):
-    """The same for the method whose views solo-learn's loader makes (one process)."""
-    method = "pbsd"
-    args = RUNS["1 process"]
-    for where in ("full", "run"):
-        (tmp_path / where).mkdir()
-    ok(pretrain(tmp_path / "full", args, method))
-    killed(pretrain(tmp_path / "run", args, method, SOLO_EXT_TEST_KILL_AT=str(STEPS_PER_EPOCH + 4)))
-    ok(pretrain(tmp_path / "run", [*args, *RESUME], method))
-    want, got = (last_ckpt(run_dir_of(tmp_path / d, method)) for d in ("full", "run"))
-    assert got.name.endswith("-ep=2.ckpt")
-    assert_same_weights(got, want)
+# scl: pbsd, whose patches and box generator solo-learn's patched loader makes (the loader is
+# the script's, not the method's).
+@pytest.mark.parametrize(
+    "processes,method", [("1 process", "scl"), ("2 processes", "scl"), ("1 process", "pbsd")]
+)
+def test_killed_in_mid_epoch_resumes_to_the_uninterrupted_weights(
+    processes, method, uninterrupted, tmp_path
+):
+    args = RUNS[processes]
+    killed(pretrain(tmp_path, args, method, SOLO_EXT_TEST_KILL_AT=str(STEPS_PER_EPOCH + 4)))
+    run_dir = run_dir_of(tmp_path, method)
+    assert last_ckpt(run_dir).name.endswith("-ep=0.ckpt")
+    proc = ok(pretrain(tmp_path, [*args, *RESUME], method))
+    assert "Resuming from previous checkpoint" in proc.stdout
+    # the run continued in its directory, whose one checkpoint is now the last epoch's
+    assert run_dir_of(tmp_path, method) == run_dir
+    assert last_ckpt(run_dir).name.endswith(f"-{run_dir.name}-ep=2.ckpt")
+    assert_same_weights(last_ckpt(run_dir), uninterrupted(processes, method))
 
 
 def test_killed_in_a_checkpoint_write_loses_nothing(uninterrupted, tmp_path):
@@ -133,7 +119,7 @@ def test_killed_in_a_checkpoint_write_loses_nothing(uninterrupted, tmp_path):
     assert "-ep=0.ckpt" in proc.stdout.split("Resuming from previous checkpoint")[1]
     assert not partial.exists()
     assert sorted(p.name for p in run_dir.iterdir() if p.name.startswith(".")) == []
-    assert_same_weights(last_ckpt(run_dir), uninterrupted["1 process"])
+    assert_same_weights(last_ckpt(run_dir), uninterrupted())
 
 
 def test_an_unreadable_last_checkpoint_is_passed_over_in_one_line(uninterrupted, tmp_path):
@@ -155,4 +141,4 @@ def test_an_unreadable_last_checkpoint_is_passed_over_in_one_line(uninterrupted,
     ep2 = run_dir / ep1.name.replace("-ep=1.ckpt", "-ep=2.ckpt")
     assert sorted(run_dir.glob("*.ckpt")) == [ep0, ep1, ep2]
     assert len(ep1.read_bytes()) == len(data)
-    assert_same_weights(ep2, uninterrupted["1 process"])
+    assert_same_weights(ep2, uninterrupted())

@@ -13,11 +13,10 @@ with solo-learn's pinned requirements and its source importable (SOLO_LEARN_DIR:
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
-from test_solo_learn_scripts import CPU, assert_cifar_stem, fake_images, ok, solo, tree
+from test_solo_learn_scripts import CPU, assert_cifar_stem, fake_images, ok, run_of, solo, tree
 
 pytestmark = pytest.mark.solo_learn
 
@@ -56,8 +55,7 @@ def small_stem_run(tmp_path_factory, image_folder) -> Path:
         "knn_eval.enabled=False",
     ]
     ok(solo("main_pretrain.py", args, tmp))
-    (run_dir,) = (tmp / "trained_models" / "scl").iterdir()
-    saved = json.loads((run_dir / "args.json").read_text())
+    run_dir, saved = run_of(tmp, "scl")
     assert saved["backbone"] == {"name": "resnet18", "kwargs": {"small_image_stem": True}}
     (ckpt,) = run_dir.glob("*.ckpt")
     assert_cifar_stem(ckpt)
@@ -79,8 +77,7 @@ def test_main_linear_builds_the_runs_stem(small_stem_run, image_folder, tmp_path
     """A linear config naming only ``resnet18``: the run's stem, the run's weights, trained."""
     args = linear_args(small_stem_run, image_folder, "backbone.name=resnet18")
     ok(solo("main_linear.py", args, tmp_path))
-    (run_dir,) = (tmp_path / "trained_models" / "linear").iterdir()  # the linear run's own
-    saved = json.loads((run_dir / "args.json").read_text())
+    run_dir, saved = run_of(tmp_path, "linear")  # the linear run's own
     assert saved["backbone"]["kwargs"] == {"small_image_stem": True}
     (ckpt,) = run_dir.glob("*.ckpt")
     assert_cifar_stem(ckpt)  # the linear model's backbone: 3x3, not the ImageNet 7x7
@@ -91,11 +88,11 @@ def test_main_linear_stops_at_the_linear_configs_own_backbone(
 ):
     """The linear config's own backbone (cifar_resnet32), not the run's: one line naming both
     (every key's contradiction, a given kwarg's among them: tests/test_run_backbone.py)."""
-    message = "backbone.name='cifar_resnet32': the checkpoint {ckpt!r} was trained with 'resnet18'"
     before = tree(tmp_path)
     proc = solo("main_linear.py", linear_args(small_stem_run, image_folder), tmp_path)
     assert proc.returncode == 2, proc.stderr[-3000:]
     assert "Traceback" not in proc.stderr and "size mismatch" not in proc.stderr
     last = proc.stderr.strip().splitlines()[-1]
-    assert last == f"main_linear.py: error: {message.format(ckpt=str(small_stem_run))}", last
+    assert last.startswith("main_linear.py: error: backbone.name='cifar_resnet32': "), last
+    assert repr(str(small_stem_run)) in last and last.endswith("with 'resnet18'"), last
     assert tree(tmp_path) == before

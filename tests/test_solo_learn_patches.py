@@ -13,11 +13,21 @@ import pytest
 import torch
 from conftest import AUGMENTATION, tiny_cfg
 from omegaconf import OmegaConf
+from torch import nn
+from torchvision import transforms as T
 
+from solo_ext.data.transforms import PILGaussianBlur, build_augmentation
 from solo_ext.solo_learn import PATCHES, parsed
 from solo_ext.solo_learn import autoload as _autoload
 from solo_ext.solo_learn import check as patch_check
 from solo_ext.solo_learn.patch import patch
+
+
+def crop_and_blur(pipeline) -> tuple[T.RandomResizedCrop, bool]:
+    """The pipeline's one random resized crop, and whether it blurs with PIL's blur."""
+    (crop,) = [t for t in pipeline.transforms if isinstance(t, T.RandomResizedCrop)]
+    inner = [getattr(t, "transforms", [None])[0] for t in pipeline.transforms]
+    return crop, any(isinstance(t, PILGaussianBlur) for t in inner)
 
 
 @pytest.fixture(autouse=True)
@@ -38,18 +48,8 @@ def as_solo_learns_script():
 
 
 def stand_in_args() -> types.ModuleType:
-    """``solo.args.pretrain``'s contract: a dataset list it asserts on, a class-count table,
-    and a ``parse_cfg`` that fills the class count from it."""
-    module = types.ModuleType("solo.args.pretrain")
-    module._SUPPORTED_DATASETS = ["cifar10", "custom"]
-    module._N_CLASSES_PER_DATASET = {"cifar10": 10}
-
-    def parse_cfg(cfg):
-        assert cfg.data.dataset in module._SUPPORTED_DATASETS
-        cfg.data.num_classes = module._N_CLASSES_PER_DATASET.get(cfg.data.dataset, 1)
-        return cfg
-
-    module.parse_cfg = parse_cfg
+    """``solo.args.pretrain``'s stand-in (``healthy``), patched."""
+    module = healthy("solo.args.pretrain")
     patch(module)
     return module
 
@@ -160,10 +160,12 @@ def healthy(name: str) -> types.ModuleType:
     """A stand-in of solo-learn's module ``name`` with every name the patches need of it."""
     module = types.ModuleType(name)
     code = {
+        # a dataset list parse_cfg asserts on, a class-count table it fills the count from
         "solo.args.pretrain": "_SUPPORTED_DATASETS = ['cifar10', 'custom']\n"
         "_N_CLASSES_PER_DATASET = {'cifar10': 10}\n"
-        "def parse_cfg(cfg):\n"
-        "    table = globals().get('_N_CLASSES_PER_DATASET', {'cifar10': 10})  # or renamed\n"
+        "def parse_cfg(cfg):\n"  # (either may be renamed: LOSE)
+        "    assert cfg.data.dataset in globals().get('_SUPPORTED_DATASETS', ['cifar10'])\n"
+        "    table = globals().get('_N_CLASSES_PER_DATASET', {'cifar10': 10})\n"
         "    cfg.data.num_classes = table.get(cfg.data.dataset, 1)\n"
         "    return cfg\n",
         "solo.args.dataset": "def dataset_args(parser):\n"
@@ -269,11 +271,8 @@ def broken(monkeypatch):
     return patch_check.BROKEN
 
 
-def test_every_need_is_tried_here():
+def test_every_need_is_tried_here_and_the_healthy_stand_ins_have_it():
     assert {name for _, name in NEEDED} == set(LOSE)
-
-
-def test_healthy_stand_ins_have_every_need():
     for module in PATCHES:
         assert patch_check.missing(healthy(module)) is None, module
 
@@ -297,9 +296,7 @@ def test_a_missing_name_stops_a_solo_ext_config_and_lets_solo_learns_run(
     assert patch_check.missing(module) == need
     patch(module)
     assert broken == {module_name: f"{module_name} has no {need}"}
-    assert not hasattr(module, "_SUPPORTED_DATASETS") or "synthetic_lt" not in vars(module).get(
-        "_SUPPORTED_DATASETS", []
-    )  # nothing of the module was patched
+    assert "synthetic_lt" not in vars(module).get("_SUPPORTED_DATASETS", [])  # nothing patched
     # the entry point of main_pretrain.py (the broken module itself when it still has one)
     args = module if module_name.startswith("solo.args.") and hasattr(module, "parse_cfg") else None
     if args is None:
@@ -356,10 +353,6 @@ def test_a_solo_ext_method_gets_solo_exts_views_in_main_pretrain(tmp_path):
     """solo-learn builds each view with its own pipeline (bicubic crops); a solo-ext method's
     run gets solo-ext's, which follow the published protocol (bilinear crops, PIL's blur) and
     the rrc.interpolation / gaussian_blur.kind keys, as with solo-ext-pretrain."""
-    from torchvision import transforms as T
-
-    from solo_ext.data.transforms import PILGaussianBlur
-
     args = stand_in_args()
     loader = healthy("solo.data.pretrain_dataloader")
     loader.build_transform_pipeline = lambda dataset, cfg: "solo-learn's pipeline"
@@ -368,14 +361,10 @@ def test_a_solo_ext_method_gets_solo_exts_views_in_main_pretrain(tmp_path):
     cfg = tiny_cfg("dscl", tmp_path)
     cfg.data.dataset = "custom"
     args.parse_cfg(cfg)
-    views = loader.build_transform_pipeline("custom", aug)
-    (crop,) = [t for t in views.transforms if isinstance(t, T.RandomResizedCrop)]
-    assert crop.interpolation == T.InterpolationMode.BILINEAR
-    assert any(isinstance(getattr(t, "transforms", [None])[0], PILGaussianBlur)
-               for t in views.transforms)  # fmt: skip
+    crop, pil_blur = crop_and_blur(loader.build_transform_pipeline("custom", aug))
+    assert crop.interpolation == T.InterpolationMode.BILINEAR and pil_blur
     aug.rrc.interpolation = "bicubic"
-    views = loader.build_transform_pipeline("custom", aug)
-    (crop,) = [t for t in views.transforms if isinstance(t, T.RandomResizedCrop)]
+    crop, _ = crop_and_blur(loader.build_transform_pipeline("custom", aug))
     assert crop.interpolation == T.InterpolationMode.BICUBIC
     # solo-learn's own methods keep solo-learn's pipeline
     plain = OmegaConf.create({"method": "mocov2plus", "data": {"dataset": "custom"}})
@@ -390,9 +379,6 @@ def test_a_solo_ext_method_gets_solo_exts_views_in_main_pretrain(tmp_path):
 def stand_in_linear_model() -> types.ModuleType:
     """``solo.methods.linear``'s contract as the patches use it: a classifier, a backbone that
     ``training_step`` puts in eval mode before its forward (no gradient), validation hooks."""
-    import torch
-    from torch import nn
-
     module = types.ModuleType("solo.methods.linear")
 
     class LinearModel(nn.Module):
@@ -419,12 +405,8 @@ def stand_in_linear_model() -> types.ModuleType:
 
 
 def classifier_stage_run(stage_view=None, **stage) -> None:
-    parsed.RUN = parsed.Run(
-        OmegaConf.create({"dataset": "synthetic_lt"}),
-        None,
-        OmegaConf.create(stage),
-        stage_view=stage_view,
-    )
+    data = OmegaConf.create({"dataset": "synthetic_lt"})
+    parsed.RUN = parsed.Run(data, None, OmegaConf.create(stage), stage_view=stage_view)
 
 
 @pytest.mark.parametrize("bn", ["train", "eval"])
@@ -433,9 +415,6 @@ def test_main_linears_stage_runs_the_frozen_backbone_in_train_mode_as_published(
     as a plain train-mode forward of the same images does; ``eval`` leaves them; the fc starts
     N(0, 0.01) with a zero bias under ``classifier_init: normal``."""
     import copy
-
-    import torch
-    from torch import nn
 
     classifier_stage_run(backbone_bn=bn, classifier_init="normal", train_augmentation="published")
     torch.manual_seed(0)
@@ -463,11 +442,6 @@ def test_main_linears_stage_trains_on_the_runs_view_or_the_published_crops():
     """main_linear.py's training crops: the run's query view (``pretrain``, what the patches'
     parse_cfg read from the run's args.json), the official stage's crops (``published``), or
     solo-learn's own (``solo-learn``); its validation transform stays solo-learn's."""
-    from conftest import AUGMENTATION
-    from torchvision import transforms as T
-
-    from solo_ext.data.transforms import PILGaussianBlur, build_augmentation
-
     loader = healthy("solo.data.classification_dataloader")
     loader.prepare_transforms = lambda dataset: ("solo-learn's crops", "solo-learn's val")
     patch(loader)
@@ -476,15 +450,13 @@ def test_main_linears_stage_trains_on_the_runs_view_or_the_published_crops():
     train, val = loader.prepare_transforms("cifar100")
     assert val == "solo-learn's val"
     assert repr(train) == repr(build_augmentation("cifar100", view))
-    (crop,) = [t for t in train.transforms if isinstance(t, T.RandomResizedCrop)]
+    crop, _ = crop_and_blur(train)
     assert crop.scale == (0.5, 1.0) and crop.size == (32, 32)  # (the view's)
     classifier_stage_run(train_augmentation="published", backbone_bn="train", stage_view=view)
     train, val = loader.prepare_transforms("cifar100")
     assert val == "solo-learn's val"  # (resize 256, centre crop 224 on ImageNet: as published)
-    (crop,) = [t for t in train.transforms if isinstance(t, T.RandomResizedCrop)]
-    assert crop.scale == (0.08, 1.0) and crop.size == (32, 32)
-    assert any(isinstance(getattr(t, "transforms", [None])[0], PILGaussianBlur)
-               for t in train.transforms)  # fmt: skip
+    crop, pil_blur = crop_and_blur(train)
+    assert crop.scale == (0.08, 1.0) and crop.size == (32, 32) and pil_blur
     classifier_stage_run(train_augmentation="solo-learn", backbone_bn="eval")
     assert loader.prepare_transforms("cifar100") == ("solo-learn's crops", "solo-learn's val")
 

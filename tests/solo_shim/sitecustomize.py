@@ -24,17 +24,13 @@ import os
 import sys
 
 
-def _record(labels) -> None:
-    rank = os.environ.get("LOCAL_RANK", "0")
-    with open(os.path.join(os.environ["SOLO_EXT_TEST_SPY"], f"labels-{rank}.jsonl"), "a") as f:
-        f.write(json.dumps([int(t) for t in labels]) + "\n")
-
-
 def _spy_on(cls, label_index: int) -> None:
     step = cls.training_step
 
     def training_step(self, batch, batch_idx):
-        _record(batch[label_index].tolist())
+        rank = os.environ.get("LOCAL_RANK", "0")
+        with open(os.path.join(os.environ["SOLO_EXT_TEST_SPY"], f"labels-{rank}.jsonl"), "a") as f:
+            f.write(json.dumps([int(t) for t in batch[label_index].tolist()]) + "\n")
         return step(self, batch, batch_idx)
 
     cls.training_step = training_step
