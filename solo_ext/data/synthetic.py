@@ -9,7 +9,6 @@ scale, background and colour jitter vary per image.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -183,7 +182,6 @@ class SyntheticLT(torch.utils.data.Dataset):
         train_class_counts: Images per class of the training split (also set on val).
         shot_groups: "many" / "medium" / "few" per class, from train_class_counts.
         label_maps: [N, H, W] uint8, the part covering each pixel (index into PART_CLASSES).
-        generation_seconds: Wall time spent rendering the split.
     """
 
     def __init__(
@@ -222,9 +220,7 @@ class SyntheticLT(torch.utils.data.Dataset):
         # The split stream also hashes every size argument, so e.g. two n_max give fresh images.
         entropy = [seed, _SPLIT_STREAM[split], num_classes, n_max, val_per_class, image_size]
         rng = np.random.default_rng(np.random.SeedSequence(entropy + [int(imbalance_factor * 1e6)]))
-        start = time.perf_counter()
         self.data, self.label_maps = self._render(labels, rng)
-        self.generation_seconds = time.perf_counter() - start
 
     def _render(self, labels: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         """Draws every nuisance parameter up front, then renders in chunks.

@@ -41,10 +41,6 @@ def test_val_is_balanced_and_keeps_the_train_profile(val):
     assert val.train_class_counts == lt_counts(N_MAX, C, IF)
 
 
-def test_generation_is_fast(train):
-    assert train.generation_seconds < 5.0
-
-
 def test_same_arguments_give_identical_pixels(train, val):
     again = SyntheticLT("train")
     assert np.array_equal(again.data, train.data) and again.targets == train.targets
