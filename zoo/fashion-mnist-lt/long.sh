@@ -12,7 +12,7 @@
 #   SOLO_LEARN_DIR=~/solo-learn zoo/fashion-mnist-lt/long.sh
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
-export EPOCHS=25 VAL_EVERY=25 SOLO_LEARN_SCRIPTS="" OMP_NUM_THREADS=1
+export EPOCHS=25 SOLO_LEARN_SCRIPTS="" OMP_NUM_THREADS=1
 export OUT="${OUT:-$PWD/zoo-runs/fashion-mnist-lt-long}"
 LANES="${LANES:-2}"
 jobs() {  # "seed row" lines, in order

@@ -14,8 +14,9 @@
 # the runs go, one folder per row and seed (trained_models/<method>/<run id>/ below it), with
 # each command's log in $OUT/logs and each command's wall time in $OUT/times.tsv. EPOCHS: the
 # pretraining budget (the recipes' 5 by default; the untrained floor is always one epoch);
-# VAL_EVERY: validate the online classifier every so many epochs (it reads the 10,000 test
-# images, as long as an epoch of training); PHASES: "pretrain linear", or one of them;
+# VAL_EVERY: validate the online classifier every so many epochs (EPOCHS by default: once, at
+# the end, where the final kNN is taken; each validation reads the 10,000 test images, as long
+# as an epoch of training); PHASES: "pretrain linear", or one of them;
 # SOLO_LEARN_SCRIPTS: the methods run through solo-learn's own scripts too ("" for none).
 #
 # Rows beyond the recipes: PBSD's ablations, each the pbsd recipe with one key changed:
@@ -33,7 +34,7 @@ SEEDS="${SEEDS:-0 1 2}"
 ROWS="${ROWS:-untrained scl dscl pbsd kcl tsc paco gpaco bcl densecl all4one_ct mocov2plus supcon simclr byol}"
 SOLO_LEARN_SCRIPTS="${SOLO_LEARN_SCRIPTS-dscl pbsd}"
 EPOCHS="${EPOCHS:-5}"
-VAL_EVERY="${VAL_EVERY:-1}"
+VAL_EVERY="${VAL_EVERY:-$EPOCHS}"
 PHASES="${PHASES:-pretrain linear}"
 # the classifier stages (the linear recipe's budgets: scripts/linear/fashion-mnist-lt/dscl.yaml)
 STAGES=("++classifier_stage=[balanced_linear,crt,logit_adjust]")
