@@ -233,6 +233,31 @@ def test_a_comparison_short_of_seeds_is_listed_untested_and_counts_in_its_family
     assert cells[2:8] == ["n/a"] * 6 and cells[8].startswith("not tested")
 
 
+def test_a_row_without_a_metric_leaves_that_metrics_family(folders):
+    """An entry point that makes DSCL's stage only (solo-learn's main_linear.py) is compared on
+    what it measures: on cRT its comparison is neither listed nor counted in Holm's family. A
+    row with no runs yet (a study under way) is still listed, untested, and counted."""
+    with_crt = {
+        row: [{**r, "linear_crt_acc1": r["knn_acc1"] + 10} for r in folders["runs"][row]]
+        for row in ("pbsd", "dscl")
+    }
+    runs = {**with_crt, "scripts": folders["runs"]["pbsd-w0"]}  # (no linear_crt_ key)
+    crt = study.welch([t + 10 for t in STUDY["pbsd"]], [t + 10 for t in STUDY["dscl"]])
+
+    def lines(comparisons, label):
+        table = study.significance_table(runs, comparisons).splitlines()
+        return [line for line in table if line.startswith(f"| {label} |")]
+
+    both = [("pbsd", "dscl", False), ("pbsd", "scripts", False)]
+    (only,) = lines(both, "crt")
+    assert only.split("|")[2].strip() == "`pbsd` - `dscl`"
+    assert only.split("|")[9].strip() == f"{crt['p']:.3f}"  # a family of one: p unchanged
+    assert len(lines(both, "balanced_linear")) == 2  # (both rows have DSCL's stage)
+    later = lines([("pbsd", "dscl", False), ("later", "pbsd", False)], "crt")
+    assert [line.split("|")[3].strip() for line in later] == ["3 / 3", "0 / 3"]
+    assert later[0].split("|")[9].strip() == f"{min(1.0, 2 * crt['p']):.3f}"
+
+
 def test_the_long_pages_tables_are_those_its_committed_values_make(tmp_path, capsys):
     """zoo/fashion-mnist-lt-long.md's generated tables (the comparisons, every row, the
     classifier stages) are what its own ``solo-ext-leaderboard --study --from-csv`` commands

@@ -208,7 +208,9 @@ def significance_table(
     gap of A over B with its 95 % confidence interval, t, its degrees of freedom, p, and p
     adjusted by Holm's method over the comparisons of that metric (one family per metric). A
     comparison with under two seeds a side (two pairs) is listed as not tested and still counts
-    in its family, as a p of 1: the correction is over every comparison asked for."""
+    in its family, as a p of 1: the correction is over every comparison asked for. A comparison
+    whose row has runs but none with the metric (solo-learn's ``main_linear.py`` makes DSCL's
+    stage only, not cRT) is not one of that metric's: it is left out of its lines and family."""
     lines = [
         "| metric | A - B | seeds | gap | 95 % CI | t | df | p | p (Holm) | reading |",
         "|---|---|---|---|---|---|---|---|---|---|",
@@ -218,6 +220,8 @@ def significance_table(
         for a, b, is_paired in comparisons:
             va = {r["seed"]: r[key] for r in runs.get(a, []) if r.get(key) is not None}
             vb = {r["seed"]: r[key] for r in runs.get(b, []) if r.get(key) is not None}
+            if (runs.get(a) and not va) or (runs.get(b) and not vb):
+                continue  # a row that does not measure this metric
             test = None
             if is_paired:
                 seeds = sorted(set(va) & set(vb), key=str)

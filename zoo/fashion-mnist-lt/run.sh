@@ -111,7 +111,7 @@ for seed in $SEEDS; do
         --config-name "fashion-mnist-lt/$method" $(budget) seed="$seed" data.train_path="$FM" \
         checkpoint.dir="$where/trained_models"
       dir=$(run_dir "$where")
-      timed "solo-learn-$method-seed$seed-knn" solo-ext-knn pretrained_checkpoint_dir="$dir"
+      timed "solo-learn-$method-seed$seed-knn" solo-ext-knn pretrained_checkpoint_dir="$dir" "k=[20,10]"
       # (in the run's folder: main_linear.py writes its CSV log where it runs)
       timed "solo-learn-$method-seed$seed-linear" bash -c 'cd "$0" && exec "$@"' "$where" \
         python "$SOLO_LEARN_DIR/main_linear.py" --config-name fashion-mnist-lt/dscl \
