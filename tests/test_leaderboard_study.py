@@ -258,13 +258,14 @@ def test_a_row_without_a_metric_leaves_that_metrics_family(folders):
     assert later[0].split("|")[9].strip() == f"{min(1.0, 2 * crt['p']):.3f}"
 
 
-def test_the_long_pages_tables_are_those_its_committed_values_make(tmp_path, capsys):
-    """zoo/fashion-mnist-lt-long.md's generated tables (the comparisons, every row, the
-    classifier stages) are what its own ``solo-ext-leaderboard --study --from-csv`` commands
-    print from the per-seed file committed beside it (their plots drawn here, not there)."""
+@pytest.mark.parametrize("name", ["fashion-mnist-lt.md", "fashion-mnist-lt-long.md"])
+def test_each_zoo_pages_tables_are_those_its_committed_values_make(name, tmp_path, capsys):
+    """Each zoo page's generated tables (the comparisons, every row, the classifier stages) are
+    what its own ``solo-ext-leaderboard --study --from-csv`` commands print from the per-seed
+    file committed beside it (their plots drawn here, not there)."""
     import shlex
 
-    page = (ZOO / "fashion-mnist-lt-long.md").read_text()
+    page = (ZOO / name).read_text()
     commands = page.replace("\\\n", " ").splitlines()
     commands = [c for c in commands if c.startswith("solo-ext-leaderboard --study --from-csv")]
     assert len(commands) == 2
